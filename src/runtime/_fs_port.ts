@@ -1,0 +1,610 @@
+/**
+ * A {@link RuntimePort} built on `node:fs` (present in Deno, Bun and Node)
+ * plus an optional {@link NativeLibc} binding for what `node:fs` lacks:
+ * `mmap`, `msync`, `madvise`, `mlock`, `posix_fallocate`, OFD locks and
+ * `cachestat`.
+ *
+ * Without a binding it is the `portable` adapter: no mapping, sparse file
+ * creation, a pid-file lock, no page-cache probe.
+ *
+ * @module
+ */
+
+import fs from "node:fs";
+import process from "node:process";
+import { errnoError, MqStoreError, systemError } from "../errors.ts";
+import { LINUX, type NativeLibc, type NativeMapping } from "./_native.ts";
+import type {
+  AdapterName,
+  Advice,
+  CreateFileOptions,
+  DirectoryLock,
+  DiskSpace,
+  FileHandle,
+  FileStat,
+  Mapping,
+  OpenFileOptions,
+  PageCacheState,
+  RuntimeName,
+  RuntimePort,
+} from "./port.ts";
+
+const LOCK_FILE = "lock";
+const PID_FILE = "lock.pid";
+/** What RocketMQ writes at byte 0 of its lock file; kept for compatibility. */
+const LOCK_MAGIC = "lock";
+/** Largest file mqstore creates or maps: offsets stay exact JS integers. */
+const FILE_SIZE_MAX_BYTES = Number.MAX_SAFE_INTEGER;
+
+const MADVICE: Readonly<Record<Advice, number>> = {
+  normal: LINUX.MADV_NORMAL,
+  random: LINUX.MADV_RANDOM,
+  sequential: LINUX.MADV_SEQUENTIAL,
+  willneed: LINUX.MADV_WILLNEED,
+  dontneed: LINUX.MADV_DONTNEED,
+};
+
+const FADVICE: Readonly<Record<Advice, number>> = {
+  normal: LINUX.POSIX_FADV_NORMAL,
+  random: LINUX.POSIX_FADV_RANDOM,
+  sequential: LINUX.POSIX_FADV_SEQUENTIAL,
+  willneed: LINUX.POSIX_FADV_WILLNEED,
+  dontneed: LINUX.POSIX_FADV_DONTNEED,
+};
+
+function call<T>(
+  operation: string,
+  path: string,
+  run: (done: (error: NodeJS.ErrnoException | null, value?: T) => void) => void,
+): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    run((error, value) => {
+      if (error) reject(systemError(error, operation, path));
+      else resolve(value as T);
+    });
+  });
+}
+
+function checkRange(
+  what: string,
+  position: number,
+  length: number,
+  limit: number,
+): void {
+  if (
+    !Number.isSafeInteger(position) || !Number.isSafeInteger(length) ||
+    position < 0 || length < 0 || position + length > limit
+  ) {
+    throw new RangeError(
+      `Cannot ${what}: range [${position}, ${position + length}) is outside [0, ${limit})`,
+    );
+  }
+}
+
+/** A {@link Mapping} over a {@link NativeMapping}. */
+class NativeBackedMapping implements Mapping {
+  readonly fileOffset: number;
+  readonly length: number;
+  #native: NativeLibc;
+  #mapping: NativeMapping;
+  #path: string;
+  #retired = false;
+
+  constructor(
+    native: NativeLibc,
+    mapping: NativeMapping,
+    path: string,
+    fileOffset: number,
+  ) {
+    this.#native = native;
+    this.#mapping = mapping;
+    this.#path = path;
+    this.fileOffset = fileOffset;
+    this.length = mapping.length;
+  }
+
+  get bytes(): Uint8Array {
+    return this.#mapping.bytes;
+  }
+
+  async sync(position: number, length: number): Promise<void> {
+    checkRange("sync a mapping", position, length, this.length);
+    if (length === 0) return;
+    this.#checkLive("sync");
+    const errno = await this.#native.msync(this.#mapping, position, length);
+    if (errno !== 0) throw errnoError(errno, "msync", this.#path);
+  }
+
+  advise(position: number, length: number, advice: Advice): void {
+    checkRange("advise a mapping", position, length, this.length);
+    if (length === 0 || this.#retired) return;
+    this.#native.madvise(this.#mapping, position, length, MADVICE[advice]);
+  }
+
+  async populate(position: number, length: number): Promise<void> {
+    checkRange("populate a mapping", position, length, this.length);
+    if (length === 0) return;
+    this.#checkLive("populate");
+    // Pre-faulting is an optimisation: a kernel without
+    // MADV_POPULATE_WRITE (before 5.14) answers EINVAL and the writer
+    // simply takes the first-touch faults itself.
+    const errno = await this.#native.madviseAsync(
+      this.#mapping,
+      position,
+      length,
+      LINUX.MADV_POPULATE_WRITE,
+    );
+    if (errno !== 0 && errno !== 22) {
+      throw errnoError(errno, "pre-fault (MADV_POPULATE_WRITE)", this.#path);
+    }
+  }
+
+  lock(): boolean {
+    if (this.#retired) return false;
+    return this.#native.mlock(this.#mapping) === 0;
+  }
+
+  unlock(): void {
+    if (!this.#retired) this.#native.munlock(this.#mapping);
+  }
+
+  unmap(): void {
+    if (this.#retired) return;
+    this.#retired = true;
+    this.#native.retire(this.#mapping);
+  }
+
+  #checkLive(operation: string): void {
+    if (this.#retired) {
+      throw new MqStoreError(
+        "CLOSED",
+        `Cannot ${operation} ${this.#path}: the mapping was unmapped`,
+      );
+    }
+  }
+}
+
+/** A {@link FileHandle} on a `node:fs` descriptor. */
+class FsFileHandle implements FileHandle {
+  readonly path: string;
+  readonly readOnly: boolean;
+  sizeBytes: number;
+  #fd: number;
+  #native: NativeLibc | undefined;
+  #closed = false;
+
+  constructor(
+    fd: number,
+    path: string,
+    readOnly: boolean,
+    sizeBytes: number,
+    native: NativeLibc | undefined,
+  ) {
+    this.#fd = fd;
+    this.path = path;
+    this.readOnly = readOnly;
+    this.sizeBytes = sizeBytes;
+    this.#native = native;
+  }
+
+  map(fileOffset = 0, length = this.sizeBytes - fileOffset): Promise<Mapping> {
+    try {
+      return Promise.resolve(this.#map(fileOffset, length));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  #map(fileOffset: number, length: number): Mapping {
+    const native = this.#native;
+    if (native === undefined) {
+      throw new MqStoreError(
+        "UNSUPPORTED",
+        `Cannot map ${this.path}: the portable adapter has no mmap`,
+      );
+    }
+    checkRange(`map ${this.path}`, fileOffset, length, this.sizeBytes);
+    if (fileOffset % native.pageSizeBytes !== 0 || length === 0) {
+      throw new RangeError(
+        `Cannot map ${this.path}: offset ${fileOffset} must be a multiple of ${native.pageSizeBytes} and length ${length} positive`,
+      );
+    }
+    this.#checkOpen("map");
+    const mapping = native.mmap(
+      { fd: this.#fd, path: this.path },
+      fileOffset,
+      length,
+      !this.readOnly,
+    );
+    return new NativeBackedMapping(native, mapping, this.path, fileOffset);
+  }
+
+  async read(target: Uint8Array, position: number): Promise<number> {
+    checkRange(`read ${this.path}`, position, target.length, FILE_SIZE_MAX_BYTES);
+    this.#checkOpen("read");
+    let done = 0;
+    while (done < target.length) {
+      const n = await call<number>("read", this.path, (cb) =>
+        fs.read(
+          this.#fd,
+          target,
+          done,
+          target.length - done,
+          position + done,
+          cb,
+        ));
+      if (n === 0) break;
+      done += n;
+    }
+    return done;
+  }
+
+  async write(source: Uint8Array, position: number): Promise<void> {
+    checkRange(`write ${this.path}`, position, source.length, FILE_SIZE_MAX_BYTES);
+    this.#checkOpen("write");
+    if (this.readOnly) {
+      throw new MqStoreError(
+        "PERMISSION_DENIED",
+        `Cannot write ${this.path}: the file was opened read-only`,
+      );
+    }
+    let done = 0;
+    while (done < source.length) {
+      done += await call<number>("write", this.path, (cb) =>
+        fs.write(
+          this.#fd,
+          source,
+          done,
+          source.length - done,
+          position + done,
+          cb,
+        ));
+    }
+    if (position + source.length > this.sizeBytes) {
+      this.sizeBytes = position + source.length;
+    }
+  }
+
+  datasync(): Promise<void> {
+    this.#checkOpen("fdatasync");
+    return call<void>(
+      "fdatasync",
+      this.path,
+      (cb) => fs.fdatasync(this.#fd, cb),
+    );
+  }
+
+  pageCacheState(position: number, length: number): PageCacheState | undefined {
+    if (this.#native === undefined || this.#closed) return undefined;
+    // cachestat reads a length of 0 as "to the end of the file".
+    if (length === 0) return { cachedPages: 0, dirtyPages: 0, writebackPages: 0 };
+    return this.#native.cachestat(this.#fd, position, length);
+  }
+
+  adviseCache(position: number, length: number, advice: Advice): void {
+    if (this.#native === undefined || this.#closed) return;
+    this.#native.fadvise(this.#fd, position, length, FADVICE[advice]);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await call<void>("close", this.path, (cb) => fs.close(this.#fd, cb));
+  }
+
+  #checkOpen(operation: string): void {
+    if (this.#closed) {
+      throw new MqStoreError(
+        "CLOSED",
+        `Cannot ${operation} ${this.path}: the file is closed`,
+      );
+    }
+  }
+}
+
+/** Paths locked by this process (a pid file cannot tell two opens apart). */
+const PORTABLE_LOCKS = new Set<string>();
+
+function parseHolder(text: string): string | undefined {
+  const match = /pid (\d+)(?: ([a-z-]+))?/.exec(text);
+  if (!match) return undefined;
+  return match[2] ? `pid ${match[1]} (${match[2]})` : `pid ${match[1]}`;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** The `node:fs` based port; see the module doc. */
+export class FsPort implements RuntimePort {
+  readonly runtime: RuntimeName;
+  readonly adapter: AdapterName;
+  readonly canMap: boolean;
+  readonly pageSizeBytes: number;
+  #native: NativeLibc | undefined;
+
+  /**
+   * @param runtime The host runtime.
+   * @param native The libc binding, or undefined for the portable adapter.
+   */
+  constructor(runtime: RuntimeName, native: NativeLibc | undefined) {
+    this.runtime = runtime;
+    this.#native = native;
+    this.adapter = native?.adapter ?? "portable";
+    this.canMap = native !== undefined;
+    this.pageSizeBytes = native?.pageSizeBytes ?? 4096;
+  }
+
+  async createFile(
+    path: string,
+    sizeBytes: number,
+    options: CreateFileOptions = {},
+  ): Promise<FileHandle> {
+    if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
+      throw new RangeError(
+        `Cannot create ${path}: size ${sizeBytes} must be a positive integer`,
+      );
+    }
+    const fd = await call<number>(
+      "create",
+      path,
+      (cb) => fs.open(path, "wx+", 0o644, cb),
+    );
+    try {
+      const native = this.#native;
+      if (native === undefined || options.sparse === true) {
+        await call<void>("size", path, (cb) => fs.ftruncate(fd, sizeBytes, cb));
+      } else {
+        const errno = native.fallocate(fd, 0, sizeBytes);
+        if (errno !== 0) throw errnoError(errno, "allocate", path);
+      }
+    } catch (error) {
+      fs.closeSync(fd);
+      fs.rmSync(path, { force: true });
+      throw systemError(error, "create", path);
+    }
+    return new FsFileHandle(fd, path, false, sizeBytes, this.#native);
+  }
+
+  async openFile(
+    path: string,
+    options: OpenFileOptions = {},
+  ): Promise<FileHandle> {
+    const readOnly = options.readOnly === true;
+    const fd = await call<number>(
+      "open",
+      path,
+      (cb) => fs.open(path, readOnly ? "r" : "r+", cb),
+    );
+    try {
+      const stat = await call<fs.Stats>("stat", path, (cb) => fs.fstat(fd, cb));
+      if (!stat.isFile()) {
+        throw new MqStoreError("INVALID_FILE", `Cannot open ${path}: not a regular file`);
+      }
+      return new FsFileHandle(fd, path, readOnly, stat.size, this.#native);
+    } catch (error) {
+      fs.closeSync(fd);
+      throw systemError(error, "open", path);
+    }
+  }
+
+  async makeDirectory(path: string): Promise<void> {
+    await call<string | undefined>(
+      "create directory",
+      path,
+      (cb) => fs.mkdir(path, { recursive: true }, cb),
+    );
+  }
+
+  async list(path: string): Promise<string[]> {
+    const names = await call<string[]>(
+      "list",
+      path,
+      (cb) => fs.readdir(path, cb),
+    );
+    return names.sort();
+  }
+
+  async stat(path: string): Promise<FileStat | undefined> {
+    try {
+      const stat = await call<fs.Stats>("stat", path, (cb) => fs.stat(path, cb));
+      return {
+        sizeBytes: stat.size,
+        modifiedMs: stat.mtimeMs,
+        isFile: stat.isFile(),
+        isDirectory: stat.isDirectory(),
+      };
+    } catch (error) {
+      if (error instanceof MqStoreError && error.code === "NOT_FOUND") {
+        return undefined;
+      }
+      throw error;
+    }
+  }
+
+  async rename(from: string, to: string): Promise<void> {
+    await call<void>("rename", from, (cb) => fs.rename(from, to, cb));
+  }
+
+  async remove(path: string): Promise<void> {
+    await call<void>("remove", path, (cb) => fs.rm(path, { force: true }, cb));
+  }
+
+  async syncDirectory(path: string): Promise<void> {
+    const fd = await call<number>(
+      "open directory",
+      path,
+      (cb) => fs.open(path, "r", cb),
+    );
+    try {
+      await call<void>("sync directory", path, (cb) => fs.fsync(fd, cb));
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+
+  async readFile(path: string): Promise<Uint8Array | undefined> {
+    try {
+      const bytes = await call<Uint8Array>(
+        "read",
+        path,
+        (cb) => fs.readFile(path, cb),
+      );
+      return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    } catch (error) {
+      if (error instanceof MqStoreError && error.code === "NOT_FOUND") {
+        return undefined;
+      }
+      throw error;
+    }
+  }
+
+  async writeFileAtomic(path: string, bytes: Uint8Array): Promise<void> {
+    const temporary = `${path}.tmp`;
+    await this.remove(temporary);
+    const fd = await call<number>(
+      "create",
+      temporary,
+      (cb) => fs.open(temporary, "wx", 0o644, cb),
+    );
+    try {
+      let done = 0;
+      while (done < bytes.length) {
+        done += await call<number>(
+          "write",
+          temporary,
+          (cb) => fs.write(fd, bytes, done, bytes.length - done, done, cb),
+        );
+      }
+      await call<void>("fdatasync", temporary, (cb) => fs.fdatasync(fd, cb));
+    } finally {
+      fs.closeSync(fd);
+    }
+    await this.rename(temporary, path);
+    await this.syncDirectory(parentOf(path));
+  }
+
+  async diskSpace(path: string): Promise<DiskSpace> {
+    const stats = await call<fs.StatsFs>(
+      "measure disk space of",
+      path,
+      (cb) => fs.statfs(path, cb),
+    );
+    return {
+      totalBytes: stats.blocks * stats.bsize,
+      availableBytes: stats.bavail * stats.bsize,
+    };
+  }
+
+  lockDirectory(path: string): Promise<DirectoryLock> {
+    return this.#native === undefined
+      ? this.#lockWithPidFile(path)
+      : this.#lockWithOfd(path, this.#native);
+  }
+
+  async #lockWithOfd(path: string, native: NativeLibc): Promise<DirectoryLock> {
+    const lockPath = `${path}/${LOCK_FILE}`;
+    const fd = await call<number>(
+      "open lock file",
+      lockPath,
+      (cb) => fs.open(lockPath, fs.constants.O_RDWR | fs.constants.O_CREAT, 0o644, cb),
+    );
+    const result = native.fcntlLock(fd, LINUX.F_OFD_SETLK, LINUX.F_WRLCK);
+    if (result.errno !== 0) {
+      try {
+        const holder = native.fcntlLock(fd, LINUX.F_OFD_GETLK, LINUX.F_WRLCK);
+        const recorded = parseHolder(fs.readFileSync(lockPath, "utf8"));
+        // OFD holders report pid -1; a classic POSIX lock (a RocketMQ
+        // broker's FileChannel.tryLock) reports the holder's pid.
+        const who = holder.pid > 0
+          ? `pid ${holder.pid} (a POSIX record lock, e.g. a RocketMQ broker)`
+          : recorded ?? "another open file description";
+        throw new MqStoreError(
+          "LOCKED",
+          `Cannot lock store directory ${path}: it is held by ${who}`,
+        );
+      } finally {
+        fs.closeSync(fd);
+      }
+    }
+    const record = `${LOCK_MAGIC}\npid ${process.pid} ${native.adapter}\n`;
+    fs.ftruncateSync(fd, 0);
+    fs.writeSync(fd, record, 0);
+    let released = false;
+    return {
+      path: lockPath,
+      release: () => {
+        if (released) return Promise.resolve();
+        released = true;
+        native.fcntlLock(fd, LINUX.F_OFD_SETLK, LINUX.F_UNLCK);
+        return call<void>("close lock file", lockPath, (cb) => fs.close(fd, cb));
+      },
+    };
+  }
+
+  async #lockWithPidFile(path: string): Promise<DirectoryLock> {
+    const pidPath = `${path}/${PID_FILE}`;
+    let key: string;
+    try {
+      key = fs.realpathSync(path);
+    } catch (error) {
+      throw systemError(error, "lock store directory", path);
+    }
+    if (PORTABLE_LOCKS.has(key)) {
+      throw new MqStoreError(
+        "LOCKED",
+        `Cannot lock store directory ${path}: it is held by pid ${process.pid} (this process)`,
+      );
+    }
+    // Two attempts: the second after removing a pid file whose process died.
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        fs.writeFileSync(pidPath, `pid ${process.pid} portable\n`, {
+          flag: "wx",
+        });
+        break;
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== "EEXIST") {
+          throw systemError(error, "create lock file", pidPath);
+        }
+        const text = fs.readFileSync(pidPath, "utf8");
+        const pid = Number(/pid (\d+)/.exec(text)?.[1] ?? NaN);
+        if (attempt === 0 && Number.isInteger(pid) && !isAlive(pid)) {
+          fs.rmSync(pidPath, { force: true });
+          continue;
+        }
+        throw new MqStoreError(
+          "LOCKED",
+          `Cannot lock store directory ${path}: it is held by ${
+            parseHolder(text) ?? "an unknown process"
+          }`,
+        );
+      }
+    }
+    const lockPath = `${path}/${LOCK_FILE}`;
+    if (!fs.existsSync(lockPath)) fs.writeFileSync(lockPath, LOCK_MAGIC);
+    PORTABLE_LOCKS.add(key);
+    let released = false;
+    return {
+      path: pidPath,
+      release: async () => {
+        if (released) return;
+        released = true;
+        PORTABLE_LOCKS.delete(key);
+        await this.remove(pidPath);
+      },
+    };
+  }
+}
+
+/** The directory part of a path. */
+export function parentOf(path: string): string {
+  const slash = path.lastIndexOf("/");
+  if (slash < 0) return ".";
+  return slash === 0 ? "/" : path.slice(0, slash);
+}
