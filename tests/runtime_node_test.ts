@@ -1,0 +1,252 @@
+/**
+ * Node-only behaviour of the `node-koffi` binding (`src/runtime/node.ts`):
+ * 64-bit offsets, page alignment of `msync`/`madvise`, retiring a mapping
+ * whose view cannot be detached, OFD locks, `cachestat`. Under Deno and Bun
+ * every test is skipped. The cross-adapter behaviour of the port is tested
+ * in `runtime_port_test.ts`.
+ */
+
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import process from "node:process";
+import { test } from "node:test";
+import { MqStoreError } from "../src/errors.ts";
+import { LINUX, type NativeLibc } from "../src/runtime/_native.ts";
+import { runtimeName } from "../src/runtime/info.ts";
+
+const SKIP = runtimeName() === "node" ? false : "node-koffi runs on Node only";
+const NODE_MODULE = new URL("../src/runtime/node.ts", import.meta.url).href;
+const OFFSET_4_GIB = 2 ** 32;
+
+/** Runs `body` with the binding and a fresh temporary directory, removed after. */
+async function withLibc(
+  body: (libc: NativeLibc, directory: string) => Promise<void> | void,
+): Promise<void> {
+  const { loadLibc } = await import(NODE_MODULE) as typeof import("../src/runtime/node.ts");
+  const directory = fs.mkdtempSync(`${os.tmpdir()}/mqstore-`);
+  try {
+    await body(loadLibc(), directory);
+  } finally {
+    fs.rmSync(directory, { recursive: true, force: true });
+  }
+}
+
+/** Creates a sparse file of `sizeBytes` and returns an open read-write descriptor. */
+function sparseFile(path: string, sizeBytes: number): number {
+  const fd = fs.openSync(path, "w+");
+  fs.ftruncateSync(fd, sizeBytes);
+  return fd;
+}
+
+function mapsLines(): string[] {
+  return fs.readFileSync("/proc/self/maps", "utf8").split("\n").filter((line) => line !== "");
+}
+
+test(
+  "loadLibc() maps file offset 2^32, not offset 0 (node-koffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/big`;
+      const fd = sparseFile(path, OFFSET_4_GIB + 2 * libc.pageSizeBytes);
+      try {
+        fs.writeSync(fd, Buffer.from("high"), 0, 4, OFFSET_4_GIB + 0x64);
+        fs.writeSync(fd, Buffer.from("low!"), 0, 4, 0x64);
+        const mapping = libc.mmap({ fd, path }, OFFSET_4_GIB, 2 * libc.pageSizeBytes, true);
+        assert.equal(Buffer.from(mapping.bytes.subarray(0x64, 0x68)).toString(), "high");
+        mapping.bytes.set(Buffer.from("view"), 0xc8);
+        assert.equal(await libc.msync(mapping, 0xc8, 4), 0);
+        const back = Buffer.alloc(4);
+        fs.readSync(fd, back, 0, 4, OFFSET_4_GIB + 0xc8);
+        assert.equal(back.toString(), "view");
+        libc.retire(mapping);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "loadLibc() aligns msync and madvise down to the page (node-koffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/file`;
+      const page = libc.pageSizeBytes;
+      const fd = sparseFile(path, 4 * page);
+      try {
+        const mapping = libc.mmap({ fd, path }, 0, 4 * page, true);
+        mapping.bytes[page + 1] = 0xab;
+        // Unaligned addresses would be EINVAL (22) without the alignment.
+        assert.equal(await libc.msync(mapping, page + 1, 10), 0);
+        assert.equal(libc.madvise(mapping, page + 0x10, 0x100, LINUX.MADV_WILLNEED), 0);
+        assert.equal(
+          await libc.madviseAsync(mapping, page + 1, 2 * page, LINUX.MADV_POPULATE_WRITE),
+          0,
+        );
+        libc.retire(mapping);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "retire() leaves a stale view reading zeros (node-koffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/file`;
+      const length = 4 * libc.pageSizeBytes;
+      const fd = sparseFile(path, length);
+      try {
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        const stale = mapping.bytes;
+        stale.fill(0xab);
+        assert.equal(await libc.msync(mapping, 0, length), 0);
+        assert.ok(mapsLines().some((line) => line.endsWith(path)));
+        libc.retire(mapping);
+        libc.retire(mapping);
+        assert.equal(stale.length, length);
+        assert.ok(stale.every((byte) => byte === 0));
+        // A stale write must not fault either; it lands in private memory.
+        stale[0x10] = 1;
+        assert.equal(stale[0x10], 1);
+        // The file mapping is gone and the file kept what was synced.
+        assert.ok(!mapsLines().some((line) => line.endsWith(path)));
+        assert.ok(fs.readFileSync(path).every((byte) => byte === 0xab));
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test("retire() releases the range once the view is collected (node-koffi)", {
+  skip: SKIP,
+}, () =>
+  withLibc((_libc, directory) => {
+    const path = `${directory}/file`;
+    // An unusual length, so no other mapping is likely to reuse the range.
+    const pages = 0x107;
+    const child = `
+      import fs from "node:fs";
+      const { loadLibc } = await import(${JSON.stringify(NODE_MODULE)});
+      const path = ${JSON.stringify(path)};
+      const libc = loadLibc();
+      const length = ${pages} * libc.pageSizeBytes;
+      const fd = fs.openSync(path, "w+");
+      fs.ftruncateSync(fd, length);
+      const maps = () => fs.readFileSync("/proc/self/maps", "utf8").split("\\n")
+        .filter((line) => line !== "").map((line) => {
+          const [range, perms, , , inode, name] = line.split(/\\s+/);
+          const [start, end] = range.split("-").map((hex) => parseInt(hex, 16));
+          return { start, end, perms, inode, name: name ?? "" };
+        });
+      const overlapping = (start) => maps().filter((m) => m.start < start + length && m.end > start);
+      function mapAndRetire() {
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        mapping.bytes[0] = 1;
+        const start = maps().find((m) => m.name === path).start;
+        libc.retire(mapping);
+        return { start, retired: overlapping(start) };
+      }
+      const { start, retired } = mapAndRetire();
+      let rounds = 0;
+      while (overlapping(start).length > 0 && rounds < 100) {
+        globalThis.gc();
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        rounds++;
+      }
+      console.log(JSON.stringify({ retired, left: overlapping(start), rounds }));
+    `;
+    const result = spawnSync(
+      process.execPath,
+      ["--expose-gc", "--import", "tsx", "--input-type=module", "-e", child],
+      { encoding: "utf8" },
+    );
+    assert.equal(result.status, 0, result.stderr);
+    const report = JSON.parse(result.stdout) as {
+      retired: { perms: string; inode: string; name: string }[];
+      left: unknown[];
+    };
+    // Right after retire(): anonymous memory (inode 0, no file) in place.
+    assert.ok(report.retired.length > 0);
+    for (const region of report.retired) {
+      assert.deepEqual([region.inode, region.name, region.perms], ["0", "", "rw-p"]);
+    }
+    // After the view was collected: nothing left in the range.
+    assert.deepEqual(report.left, []);
+  }));
+
+test(
+  "fcntlLock() refuses a second open file description (node-koffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((libc, directory) => {
+      const path = `${directory}/lock`;
+      const first = fs.openSync(path, "w+");
+      const second = fs.openSync(path, "r+");
+      try {
+        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
+        const refused = libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK);
+        assert.ok(refused.errno === LINUX.EAGAIN || refused.errno === LINUX.EACCES);
+        // An OFD holder is reported with pid -1.
+        const holder = libc.fcntlLock(second, LINUX.F_OFD_GETLK, LINUX.F_WRLCK);
+        assert.deepEqual(holder, { errno: 0, type: LINUX.F_WRLCK, pid: -1 });
+        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_UNLCK).errno, 0);
+        assert.equal(libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
+      } finally {
+        fs.closeSync(first);
+        fs.closeSync(second);
+      }
+    }),
+);
+
+test(
+  "cachestat() counts dirty pages until msync (node-koffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/file`;
+      const pages = 0x10;
+      const length = pages * libc.pageSizeBytes;
+      const fd = fs.openSync(path, "w+");
+      try {
+        assert.equal(libc.fallocate(fd, 0, length), 0);
+        assert.equal(fs.fstatSync(fd).size, length);
+        const before = libc.cachestat(fd, 0, length);
+        if (before === undefined) return; // A kernel before 6.5: nothing to count.
+        assert.equal(before.dirtyPages, 0);
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        for (let page = 0; page < pages; page++) mapping.bytes[page * libc.pageSizeBytes] = 1;
+        const written = libc.cachestat(fd, 0, length);
+        assert.ok(written !== undefined && written.dirtyPages > 0);
+        assert.equal(await libc.msync(mapping, 0, length), 0);
+        assert.equal(libc.cachestat(fd, 0, length)?.dirtyPages, 0);
+        libc.retire(mapping);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test("mmap() refuses a view longer than Node's largest ArrayBuffer (node-koffi)", {
+  skip: SKIP,
+}, () =>
+  withLibc(async (libc, directory) => {
+    const { constants } = await import("node:buffer");
+    const path = `${directory}/file`;
+    const fd = sparseFile(path, libc.pageSizeBytes);
+    try {
+      // koffi aborts the process on such a view, so mmap() must refuse first.
+      const length = constants.MAX_LENGTH + libc.pageSizeBytes;
+      assert.throws(
+        () => libc.mmap({ fd, path }, 0, length, false),
+        (error) => error instanceof MqStoreError && error.code === "UNSUPPORTED",
+      );
+    } finally {
+      fs.closeSync(fd);
+    }
+  }));
