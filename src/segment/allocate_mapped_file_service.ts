@@ -1,0 +1,293 @@
+/**
+ * Allocation ahead (RocketMQ's `AllocateMappedFileService`): asking for
+ * segment n also queues segment n+1, which is created, mapped and
+ * pre-faulted in the background so the writer never waits for file
+ * creation or first-touch page faults when it rolls over.
+ *
+ * ```
+ * request(n, n+1) ──► table: n (needed now), n+1 (ahead)
+ *                          │ one creation at a time, bounded queue
+ *                          ▼
+ *          create (tmp → fallocate → sync → rename → sync dir)
+ *          map, advise("random"), populate() off the JS thread
+ * ```
+ *
+ * An ahead allocation that fails (for example `NO_SPACE`) is not swallowed:
+ * the next {@link AllocateMappedFileService.request} rejects with it.
+ *
+ * @module
+ */
+
+import { MqStoreError } from "../errors.ts";
+import type { RuntimePort } from "../runtime/port.ts";
+import type { Clock } from "./clock.ts";
+import { ALLOCATE_QUEUE_CAPACITY, TEMPORARY_SUFFIX } from "./constants.ts";
+import { MappedFile } from "./mapped_file.ts";
+import type { TransientStorePool } from "./transient_store_pool.ts";
+
+/** Options of {@link AllocateMappedFileService}. */
+export interface AllocateMappedFileServiceOptions {
+  /** The runtime port. */
+  port: RuntimePort;
+  /**
+   * Give each new segment a write buffer from this pool.
+   *
+   * @default {undefined}
+   */
+  pool?: TransientStorePool;
+  /**
+   * Pre-fault new segments (advise random, populate) off the JS thread.
+   *
+   * @default {true}
+   */
+  warm?: boolean;
+  /**
+   * Lock new mappings in memory (`mlock`); a refusal is warned once.
+   *
+   * @default {false}
+   */
+  lockMemory?: boolean;
+  /**
+   * Create sparse segments (tests only).
+   *
+   * @default {false}
+   */
+  sparse?: boolean;
+  /**
+   * Write-buffer size of `window` mode (ports that cannot map).
+   *
+   * @default {4 MiB}
+   */
+  writeBufferSizeBytes?: number;
+  /**
+   * Time source of the segments.
+   *
+   * @default {systemClock}
+   */
+  clock?: Clock;
+  /**
+   * Receives warnings (an `mlock` refusal, once).
+   *
+   * @default {console.warn}
+   */
+  onWarning?: (message: string) => void;
+}
+
+/** One segment to prepare. */
+interface Allocation {
+  readonly path: string;
+  readonly fileSizeBytes: number;
+  /** Asked for by a writer (not only prepared ahead). */
+  requested: boolean;
+  /** The prepared segment, once ready. */
+  file: MappedFile | undefined;
+  readonly promise: Promise<MappedFile>;
+  resolve(file: MappedFile): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * Prepares segments ahead of the writer.
+ *
+ * @example
+ * ```ts
+ * import { createPort } from "../runtime/mod.ts";
+ * import { AllocateMappedFileService } from "./allocate_mapped_file_service.ts";
+ *
+ * const port = await createPort({ adapter: "memory" });
+ * await port.makeDirectory("/store/commitlog");
+ * const allocator = new AllocateMappedFileService({ port });
+ * allocator.start();
+ * const file = await allocator.request(
+ *   "/store/commitlog/00000000000000000000",
+ *   "/store/commitlog/00000000000000065536",
+ *   0x1_0000,
+ * );
+ * console.log(file.fileFromOffset); // 0
+ * await file.close();
+ * await allocator.close(); // removes the segment prepared ahead
+ * ```
+ */
+export class AllocateMappedFileService {
+  #options: AllocateMappedFileServiceOptions;
+  /** Segments asked for or prepared ahead, by path; bounded by the queue capacity. */
+  #table = new Map<string, Allocation>();
+  /** Allocations waiting for the worker, oldest first. */
+  #queue: Allocation[] = [];
+  /** The running worker loop, if any. */
+  #worker: Promise<void> | undefined;
+  /** An ahead allocation's error, thrown by the next request. */
+  #failure: unknown;
+  #started = false;
+  #closed = false;
+  #warnedLock = false;
+
+  /** @param options Port, pool and warm-up settings. */
+  constructor(options: AllocateMappedFileServiceOptions) {
+    this.#options = options;
+  }
+
+  /** Starts serving requests. */
+  start(): void {
+    if (this.#closed) {
+      throw new MqStoreError("CLOSED", "Cannot start the segment allocator: it was closed");
+    }
+    this.#started = true;
+  }
+
+  /** Segments waiting or being prepared. */
+  get pendingCount(): number {
+    return this.#table.size;
+  }
+
+  /** Resolves once no segment is being prepared (tests, shutdown ordering). */
+  async whenIdle(): Promise<void> {
+    while (this.#worker !== undefined) await this.#worker;
+  }
+
+  /**
+   * Returns segment `path` (prepared ahead, or created now) and queues
+   * `nextPath` to be prepared in the background.
+   *
+   * @throws {MqStoreError} The error of a failed ahead allocation (once);
+   *   `CLOSED` after {@link close}; creation errors of `path`.
+   */
+  async request(path: string, nextPath: string, fileSizeBytes: number): Promise<MappedFile> {
+    if (this.#closed || !this.#started) {
+      throw new MqStoreError(
+        "CLOSED",
+        `Cannot allocate ${path}: the segment allocator is ${
+          this.#closed ? "closed" : "not started"
+        }`,
+      );
+    }
+    if (this.#failure !== undefined) {
+      const failure = this.#failure;
+      this.#failure = undefined;
+      throw failure;
+    }
+    const allocation = this.#table.get(path) ?? this.#enqueue(path, fileSizeBytes);
+    allocation.requested = true;
+    if (!this.#table.has(nextPath) && this.#canPrepareAhead()) {
+      this.#enqueue(nextPath, fileSizeBytes);
+    }
+    this.#startWorker();
+    try {
+      return await allocation.promise;
+    } finally {
+      this.#table.delete(path);
+    }
+  }
+
+  /**
+   * Stops the service: waits for the creation in progress, deletes
+   * segments prepared ahead that nobody asked for, rejects queued requests
+   * with `CLOSED` and removes half-made files. Idempotent.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) {
+      await this.#worker;
+      return;
+    }
+    this.#closed = true;
+    const queued = this.#queue;
+    this.#queue = [];
+    for (const allocation of queued) {
+      this.#table.delete(allocation.path);
+      allocation.reject(
+        new MqStoreError("CLOSED", `Cannot allocate ${allocation.path}: the allocator closed`),
+      );
+    }
+    await this.#worker;
+    const ahead = [...this.#table.values()].filter((a) => !a.requested);
+    for (const allocation of ahead) {
+      this.#table.delete(allocation.path);
+      await allocation.file?.destroy({ waitMs: 0 });
+      await this.#options.port.remove(`${allocation.path}${TEMPORARY_SUFFIX}`);
+    }
+  }
+
+  #canPrepareAhead(): boolean {
+    if (this.#table.size >= ALLOCATE_QUEUE_CAPACITY) return false;
+    // Each prepared segment holds a pool buffer: leave one for the writer.
+    const pool = this.#options.pool;
+    return pool === undefined || pool.availableCount > this.#queue.length;
+  }
+
+  #enqueue(path: string, fileSizeBytes: number): Allocation {
+    let resolve!: (file: MappedFile) => void;
+    let reject!: (error: unknown) => void;
+    const promise = new Promise<MappedFile>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    // An ahead allocation may fail with nobody awaiting it yet; its error
+    // is kept for the next request instead.
+    promise.catch(() => {});
+    const allocation: Allocation = {
+      path,
+      fileSizeBytes,
+      requested: false,
+      file: undefined,
+      promise,
+      resolve,
+      reject,
+    };
+    this.#table.set(path, allocation);
+    this.#queue.push(allocation);
+    return allocation;
+  }
+
+  #startWorker(): void {
+    if (this.#worker !== undefined) return;
+    this.#worker = this.#work().finally(() => {
+      this.#worker = undefined;
+      // A request queued while the loop was finishing.
+      if (this.#queue.length > 0 && !this.#closed) this.#startWorker();
+    });
+  }
+
+  async #work(): Promise<void> {
+    for (;;) {
+      const allocation = this.#queue.shift();
+      if (allocation === undefined) return;
+      try {
+        const file = await this.#prepare(allocation);
+        allocation.file = file;
+        allocation.resolve(file);
+      } catch (error) {
+        this.#table.delete(allocation.path);
+        if (!allocation.requested) this.#failure = error;
+        allocation.reject(error);
+      }
+    }
+  }
+
+  async #prepare(allocation: Allocation): Promise<MappedFile> {
+    const options = this.#options;
+    const file = await MappedFile.create({
+      port: options.port,
+      path: allocation.path,
+      fileSizeBytes: allocation.fileSizeBytes,
+      pool: options.pool,
+      sparse: options.sparse,
+      writeBufferSizeBytes: options.writeBufferSizeBytes,
+      clock: options.clock,
+    });
+    try {
+      if (options.warm !== false) {
+        const locked = await file.warm({ lock: options.lockMemory === true });
+        if (options.lockMemory === true && !locked && !this.#warnedLock) {
+          this.#warnedLock = true;
+          (options.onWarning ?? console.warn)(
+            `mqstore: cannot lock segment ${allocation.path} in memory (mlock refused, or the segment is not mapped); continuing unlocked`,
+          );
+        }
+      }
+    } catch (error) {
+      await file.destroy({ waitMs: 0 });
+      throw error;
+    }
+    return file;
+  }
+}

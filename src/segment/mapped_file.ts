@@ -1,0 +1,929 @@
+/**
+ * One segment file: RocketMQ's `MappedFile`, written against the runtime
+ * port so it runs on every adapter.
+ *
+ * ```
+ *  position 0                                                   fileSizeBytes
+ *  |== durable ==|== committed ==|== appended (write buffer) ==|    free     |
+ *                ^flushed        ^committed                    ^wrote
+ * ```
+ *
+ * Where appends go depends on what the runtime offers:
+ *
+ * | mode      | when                         | appends go to             | readers see            |
+ * |-----------|------------------------------|---------------------------|------------------------|
+ * | `mapping` | `port.canMap`, no pool       | the shared mapping        | up to wrote, via views |
+ * | `pool`    | a {@link TransientStorePool} | a segment-sized pool buffer | up to committed      |
+ * | `window`  | no mmap (portable adapter)   | a bounded write buffer    | up to committed        |
+ * | `read-only` | opened with `readOnly`     | nowhere (appends throw)   | up to committed        |
+ *
+ * In `pool` and `window` mode a commit copies `[committed, wrote)` into the
+ * file with positional writes; readers never see bytes that exist only in a
+ * write buffer. Reads go through the mapping where the port can map, and
+ * through positional reads (a copy of the requested range, never of the
+ * segment) where it cannot.
+ *
+ * A segment is reference counted: the owner holds one reference, readers
+ * take one per selected range. {@link MappedFile.close} and the destroy
+ * methods drop the owner's reference, wait for readers, and only then unmap
+ * and close; when readers outstay the timeout the mapping is retired
+ * anyway, which detaches (or zeroes) their views instead of leaving them
+ * dangling.
+ *
+ * @module
+ */
+
+import { assert } from "../assert.ts";
+import { MqStoreError } from "../errors.ts";
+import type { FileHandle, Mapping, RuntimePort } from "../runtime/port.ts";
+import { type Clock, systemClock } from "./clock.ts";
+import {
+  DESTROY_FORCE_AFTER_MS_DEFAULT,
+  OS_PAGE_SIZE_BYTES,
+  WRITE_BUFFER_SIZE_BYTES_DEFAULT,
+  ZERO_CHUNK_BYTES,
+} from "./constants.ts";
+import { createSegmentFile } from "./_create_segment.ts";
+import { baseName, parseSegmentFileName } from "./_file_name.ts";
+import type { TransientStorePool } from "./transient_store_pool.ts";
+
+/** Where appends of a {@link MappedFile} go; see the module doc. */
+export type WriteMode = "mapping" | "pool" | "window" | "read-only";
+
+/**
+ * What an append callback writes into. One object per file, refreshed
+ * before each call: valid only during the callback.
+ */
+export interface AppendTarget {
+  /** The buffer to write into. */
+  readonly bytes: Uint8Array;
+  /** Index in {@link AppendTarget.bytes} of the first byte to write. */
+  readonly index: number;
+  /** Global offset the first written byte will have. */
+  readonly fileOffset: number;
+  /**
+   * Bytes that may be written from {@link AppendTarget.index}. Equals
+   * {@link AppendTarget.remainingBytes} except in `window` mode, where the
+   * caller makes room first with {@link MappedFile.ensureWritable}.
+   */
+  readonly writableBytes: number;
+  /** Free bytes left in the file (what decides an end-of-file marker). */
+  readonly remainingBytes: number;
+}
+
+/** What an append callback reports. */
+export interface AppendOutcome {
+  /** Bytes written at {@link AppendTarget.index} (at most `writableBytes`). */
+  readonly wroteBytes: number;
+  /** Store timestamp of what was written, kept as the file's last. */
+  readonly storeTimestampMs: number;
+}
+
+/** Writes one entry into an {@link AppendTarget} and says how much it wrote. */
+export type AppendCallback<R extends AppendOutcome> = (target: AppendTarget) => R;
+
+/**
+ * A readable range of a segment, valid until {@link SelectedRange.release}.
+ * Through a mapping it is a view: release it promptly, because a segment
+ * being deleted waits for it (and retires the view after a timeout).
+ */
+export interface SelectedRange {
+  /** The bytes; index 0 is {@link SelectedRange.position}. */
+  readonly bytes: Uint8Array;
+  /** Position of the first byte in the file. */
+  readonly position: number;
+  /** Global offset of the first byte. */
+  readonly fileOffset: number;
+  /** Gives the range back; idempotent. */
+  release(): void;
+}
+
+/** Options shared by {@link MappedFile.create} and {@link MappedFile.open}. */
+export interface MappedFileOptions {
+  /** The runtime port. */
+  port: RuntimePort;
+  /** The segment path; its name is the 20-digit start offset. */
+  path: string;
+  /** The segment size. */
+  fileSizeBytes: number;
+  /**
+   * Size of the bounded write buffer of `window` mode (ports that cannot
+   * map); capped at the segment size.
+   *
+   * @default {4 MiB}
+   */
+  writeBufferSizeBytes?: number;
+  /**
+   * Time source for destroy timeouts.
+   *
+   * @default {systemClock}
+   */
+  clock?: Clock;
+}
+
+/** Options of {@link MappedFile.create}. */
+export interface CreateMappedFileOptions extends MappedFileOptions {
+  /**
+   * Borrow a write buffer from this pool (`pool` mode).
+   *
+   * @default {undefined}
+   */
+  pool?: TransientStorePool;
+  /**
+   * Create a sparse file instead of allocating it (tests only).
+   *
+   * @default {false}
+   */
+  sparse?: boolean;
+}
+
+/** Options of {@link MappedFile.open}. */
+export interface OpenMappedFileOptions extends MappedFileOptions {
+  /**
+   * Open without write access; appends throw.
+   *
+   * @default {false}
+   */
+  readOnly?: boolean;
+}
+
+/** Options of the closing methods of {@link MappedFile}. */
+export interface CloseMappedFileOptions {
+  /**
+   * How long to wait for readers still holding ranges before retiring the
+   * mapping under them.
+   *
+   * @default {120 000}
+   */
+  waitMs?: number;
+}
+
+/** The reusable {@link AppendTarget} of one file. */
+class MutableAppendTarget implements AppendTarget {
+  bytes: Uint8Array = new Uint8Array(0);
+  index = 0;
+  fileOffset = 0;
+  writableBytes = 0;
+  remainingBytes = 0;
+}
+
+/** A segment file; see the module doc. */
+export class MappedFile {
+  /** The segment path. */
+  readonly path: string;
+  /** Global offset of position 0 (RocketMQ's `fileFromOffset`). */
+  readonly fileFromOffset: number;
+  /** The segment size. */
+  readonly fileSizeBytes: number;
+  /** Where appends go; `pool` becomes `mapping` or `window` once the pool buffer is given back. */
+  #writeMode: WriteMode;
+
+  #port: RuntimePort;
+  #handle: FileHandle;
+  /** The shared mapping of the whole file, where the port can map. */
+  #mapping: Mapping | undefined;
+  #clock: Clock;
+  /** The pool lending {@link MappedFile.#poolBuffer} (`pool` mode). */
+  #pool: TransientStorePool | undefined;
+  /** Segment-sized write buffer; index = position. Returned once fully committed. */
+  #poolBuffer: Uint8Array | undefined;
+  /** Bounded write buffer of `window` mode; index 0 = position `#windowStart`. Allocated on first append. */
+  #window: Uint8Array | undefined;
+  /** Position of `#window[0]`; always equals `#committed` in `window` mode. */
+  #windowStart = 0;
+  #windowSizeBytes: number;
+  /** Bytes appended. */
+  #wrote = 0;
+  /** Bytes in the file (write-buffer modes); tracks `#wrote` in `mapping` mode. */
+  #committed = 0;
+  /** Bytes known durable. */
+  #flushed = 0;
+  /** Store timestamp of the last append. */
+  #storeTimestampMs = 0;
+  #target = new MutableAppendTarget();
+  /** Owner reference (1 until closed) plus one per held range. */
+  #refCount = 1;
+  /** False once closing began: no new holds. */
+  #available = true;
+  /** When closing began (for forced retirement). */
+  #retiredAtMs = 0;
+  /** Resolvers waiting for the last reference to go. */
+  #releaseWaiters: Array<() => void> = [];
+  /** Unmap and close, started when the last reference goes (or by force). */
+  #cleanup: Promise<void> | undefined;
+  #removed = false;
+  /** Tail of the chain serialising commits and flushes. */
+  #ioTail: Promise<void> = Promise.resolve();
+  /** Positional reads in flight (the descriptor must outlive them). */
+  #reads = new Set<Promise<unknown>>();
+
+  private constructor(
+    options: MappedFileOptions,
+    handle: FileHandle,
+    mapping: Mapping | undefined,
+    writeMode: WriteMode,
+    pool: TransientStorePool | undefined,
+    poolBuffer: Uint8Array | undefined,
+  ) {
+    this.path = options.path;
+    this.fileFromOffset = startOffsetOf(options.path);
+    this.fileSizeBytes = options.fileSizeBytes;
+    this.#writeMode = writeMode;
+    this.#port = options.port;
+    this.#handle = handle;
+    this.#mapping = mapping;
+    this.#clock = options.clock ?? systemClock;
+    this.#pool = pool;
+    this.#poolBuffer = poolBuffer;
+    this.#windowSizeBytes = Math.min(
+      options.writeBufferSizeBytes ?? WRITE_BUFFER_SIZE_BYTES_DEFAULT,
+      options.fileSizeBytes,
+    );
+  }
+
+  /**
+   * Creates a new segment atomically (temporary name, size, sync, rename,
+   * sync directory) and maps it where the port can.
+   *
+   * @example
+   * ```ts
+   * import { createPort } from "../runtime/mod.ts";
+   * import { MappedFile } from "./mapped_file.ts";
+   *
+   * const port = await createPort({ adapter: "memory" });
+   * await port.makeDirectory("/store/commitlog");
+   * const file = await MappedFile.create({
+   *   port,
+   *   path: "/store/commitlog/00000000000000000000",
+   *   fileSizeBytes: 0x1_0000,
+   * });
+   * file.appendBytes(new Uint8Array([1, 2, 3]));
+   * await file.flush(0);
+   * console.log(file.flushedPosition); // 3
+   * await file.close();
+   * ```
+   *
+   * @throws {MqStoreError} `ALREADY_EXISTS`, `NO_SPACE`, `POOL_EXHAUSTED`.
+   */
+  static async create(options: CreateMappedFileOptions): Promise<MappedFile> {
+    checkOptions(options);
+    if (options.pool !== undefined && options.pool.fileSizeBytes !== options.fileSizeBytes) {
+      throw new RangeError(
+        `Pool buffers of ${options.pool.fileSizeBytes} bytes do not fit segments of ${options.fileSizeBytes}`,
+      );
+    }
+    const poolBuffer = options.pool?.borrow();
+    let handle: FileHandle | undefined;
+    let mapping: Mapping | undefined;
+    try {
+      handle = await createSegmentFile(options.port, options.path, options.fileSizeBytes, {
+        sparse: options.sparse === true,
+      });
+      if (options.port.canMap) mapping = await handle.map(0, options.fileSizeBytes);
+    } catch (error) {
+      if (poolBuffer !== undefined) options.pool?.giveBack(poolBuffer);
+      await handle?.close();
+      if (handle !== undefined) await options.port.remove(options.path);
+      throw error;
+    }
+    const writeMode: WriteMode = poolBuffer !== undefined
+      ? "pool"
+      : mapping !== undefined
+      ? "mapping"
+      : "window";
+    return new MappedFile(options, handle, mapping, writeMode, options.pool, poolBuffer);
+  }
+
+  /**
+   * Opens an existing segment. Positions start at 0; the owner sets them
+   * with {@link MappedFile.resetPositions} (a queue loads segments as full,
+   * recovery then trims the last).
+   *
+   * @throws {MqStoreError} `INVALID_FILE` when the file is not exactly
+   *   `fileSizeBytes` long; `NOT_FOUND`.
+   */
+  static async open(options: OpenMappedFileOptions): Promise<MappedFile> {
+    checkOptions(options);
+    const readOnly = options.readOnly === true;
+    const handle = await options.port.openFile(options.path, { readOnly });
+    let mapping: Mapping | undefined;
+    try {
+      if (handle.sizeBytes !== options.fileSizeBytes) {
+        throw new MqStoreError(
+          "INVALID_FILE",
+          `Segment ${options.path} is ${handle.sizeBytes} bytes; segments of this queue are ${options.fileSizeBytes}`,
+        );
+      }
+      if (options.port.canMap) mapping = await handle.map(0, options.fileSizeBytes);
+    } catch (error) {
+      await handle.close();
+      throw error;
+    }
+    const writeMode: WriteMode = readOnly
+      ? "read-only"
+      : mapping !== undefined
+      ? "mapping"
+      : "window";
+    return new MappedFile(options, handle, mapping, writeMode, undefined, undefined);
+  }
+
+  /** Where appends go; see the module doc. */
+  get writeMode(): WriteMode {
+    return this.#writeMode;
+  }
+
+  /** The file name: the start offset, zero-padded to 20 digits. */
+  get fileName(): string {
+    return baseName(this.path);
+  }
+
+  /** Bytes appended (RocketMQ's `wrotePosition`). */
+  get wrotePosition(): number {
+    return this.#wrote;
+  }
+
+  /** Bytes copied into the file (equals wrote in `mapping` mode). */
+  get committedPosition(): number {
+    return this.writeMode === "mapping" ? this.#wrote : this.#committed;
+  }
+
+  /** Bytes known durable. */
+  get flushedPosition(): number {
+    return this.#flushed;
+  }
+
+  /**
+   * What readers may see: wrote in `mapping` mode, committed otherwise
+   * (bytes only in a write buffer are not readable).
+   */
+  get readPosition(): number {
+    return this.writeMode === "mapping" ? this.#wrote : this.#committed;
+  }
+
+  /** Whether every byte of the segment has been appended. */
+  get isFull(): boolean {
+    return this.#wrote === this.fileSizeBytes;
+  }
+
+  /** Store timestamp of the last append (0 before any). */
+  get storeTimestampMs(): number {
+    return this.#storeTimestampMs;
+  }
+
+  /** False once closing or destruction began: no new ranges are handed out. */
+  get isAvailable(): boolean {
+    return this.#available;
+  }
+
+  /** References held: the owner's (until closed) plus one per held range. */
+  get refCount(): number {
+    return this.#refCount;
+  }
+
+  /** Whether the owner still needs a pool buffer (`pool` mode, not fully committed). */
+  get holdsPoolBuffer(): boolean {
+    return this.#poolBuffer !== undefined;
+  }
+
+  /**
+   * Bytes the next append may write without a commit: the free space of the
+   * file, or less in `window` mode when the write buffer is filling.
+   */
+  get writableBytes(): number {
+    const remaining = this.fileSizeBytes - this.#wrote;
+    if (this.writeMode !== "window") return this.writeMode === "read-only" ? 0 : remaining;
+    const buffered = this.#wrote - this.#windowStart;
+    return Math.min(remaining, this.#windowSizeBytes - buffered);
+  }
+
+  /**
+   * Appends one entry: calls `callback` with the target at the write
+   * position and advances it by what the callback wrote.
+   *
+   * @example
+   * ```ts ignore
+   * const result = file.append((target) => {
+   *   target.bytes.set(payload, target.index);
+   *   return { wroteBytes: payload.length, storeTimestampMs: Date.now() };
+   * });
+   * ```
+   *
+   * @returns What the callback returned.
+   * @throws {RangeError} When the file is full or the callback reports more
+   *   than it could write.
+   */
+  append<R extends AppendOutcome>(callback: AppendCallback<R>): R {
+    this.#checkAppendable();
+    const target = this.#prepareTarget();
+    const result = callback(target);
+    const n = result.wroteBytes;
+    if (!Number.isSafeInteger(n) || n < 0 || n > target.writableBytes) {
+      throw new RangeError(
+        `Append callback wrote ${n} bytes at position ${this.#wrote} of ${this.path}; at most ${target.writableBytes} fit`,
+      );
+    }
+    this.#wrote += n;
+    this.#storeTimestampMs = result.storeTimestampMs;
+    return result;
+  }
+
+  /**
+   * Appends raw bytes (fixed-size units such as consume-queue entries).
+   *
+   * @returns False, writing nothing, when the file lacks room for all of
+   *   `source`.
+   * @throws {RangeError} In `window` mode when the write buffer lacks room:
+   *   await {@link MappedFile.ensureWritable} first.
+   */
+  appendBytes(source: Uint8Array): boolean {
+    this.#checkAppendable();
+    if (this.#wrote + source.length > this.fileSizeBytes) return false;
+    const target = this.#prepareTarget();
+    if (source.length > target.writableBytes) {
+      throw new RangeError(
+        `Cannot append ${source.length} bytes to ${this.path}: the write buffer has ${target.writableBytes} free; await ensureWritable() first`,
+      );
+    }
+    target.bytes.set(source, target.index);
+    this.#wrote += source.length;
+    return true;
+  }
+
+  /**
+   * Makes sure the next append may write `min(bytes, free space)` bytes,
+   * committing the `window` write buffer when it is too full. Resolves at
+   * once in the other modes.
+   */
+  async ensureWritable(bytes: number): Promise<void> {
+    if (this.writeMode !== "window") return;
+    if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > this.#windowSizeBytes) {
+      throw new RangeError(
+        `Cannot make room for ${bytes} bytes: the write buffer of ${this.path} holds ${this.#windowSizeBytes}`,
+      );
+    }
+    // Each commit empties what was buffered when it started, so this loop
+    // ends unless appends keep refilling the buffer during every commit.
+    while (this.writableBytes < Math.min(bytes, this.fileSizeBytes - this.#wrote)) {
+      await this.commit(0);
+    }
+  }
+
+  /**
+   * Copies appended bytes from the write buffer into the file when the
+   * least-pages rule allows: the file is full; or at least `leastPages`
+   * 4 KiB pages changed since the last commit; or, when `leastPages` is 0,
+   * anything changed. A fully committed file gives its pool buffer back.
+   *
+   * @returns The committed position (wrote in `mapping` mode: nothing to
+   *   commit there).
+   */
+  commit(leastPages: number): Promise<number> {
+    checkLeastPages(leastPages);
+    if (this.writeMode === "mapping" || this.writeMode === "read-only") {
+      return Promise.resolve(this.committedPosition);
+    }
+    return this.#exclusive(async () => {
+      if (isAbleTo(this.#committed, this.#wrote, this.isFull, leastPages)) await this.#commitNow();
+      return this.#committed;
+    });
+  }
+
+  /**
+   * Makes appended bytes durable when the least-pages rule allows (full
+   * file; `leastPages` changed 4 KiB pages; anything when 0), off the
+   * JavaScript thread (`msync` of the changed pages, or `fdatasync`). In
+   * `window` mode the buffered bytes are committed first; in `pool` mode
+   * only committed bytes are flushed, as in RocketMQ.
+   *
+   * @returns The flushed position.
+   */
+  flush(leastPages: number): Promise<number> {
+    checkLeastPages(leastPages);
+    if (this.writeMode === "read-only") return Promise.resolve(this.#flushed);
+    return this.#exclusive(async () => {
+      const target = this.writeMode === "pool" ? this.#committed : this.#wrote;
+      if (!isAbleTo(this.#flushed, target, this.isFull, leastPages)) return this.#flushed;
+      if (target === this.#flushed) return this.#flushed;
+      if (this.writeMode === "window") await this.#commitNow();
+      const mapping = this.#mapping;
+      if (this.writeMode === "mapping" && mapping !== undefined) {
+        const page = this.#port.pageSizeBytes;
+        const start = this.#flushed - this.#flushed % page;
+        await mapping.sync(start, target - start);
+      } else {
+        await this.#handle.datasync();
+      }
+      assert(target >= this.#flushed, "the flushed position only grows");
+      this.#flushed = target;
+      return this.#flushed;
+    });
+  }
+
+  /**
+   * Overwrites `[position, endPosition)` with zeros and makes them durable.
+   * Recovery uses it after a cut, so that a stale record past the new end
+   * can never reappear after a later crash. The range must lie at or past
+   * the wrote position: appended bytes are never erased this way.
+   */
+  zeroRange(position: number, endPosition: number): Promise<void> {
+    if (
+      !Number.isSafeInteger(position) || !Number.isSafeInteger(endPosition) ||
+      position < this.#wrote || endPosition < position || endPosition > this.fileSizeBytes
+    ) {
+      throw new RangeError(
+        `Cannot zero [${position}, ${endPosition}) of ${this.path}: it must lie in [wrote ${this.#wrote}, ${this.fileSizeBytes})`,
+      );
+    }
+    if (this.writeMode === "read-only") {
+      throw new MqStoreError("UNSUPPORTED", `Cannot zero ${this.path}: opened read-only`);
+    }
+    return this.#exclusive(async () => {
+      if (endPosition === position) return;
+      const mapping = this.#mapping;
+      if (mapping !== undefined && this.writeMode === "mapping") {
+        mapping.bytes.fill(0, position, endPosition);
+        const page = this.#port.pageSizeBytes;
+        const start = position - position % page;
+        await mapping.sync(start, endPosition - start);
+        return;
+      }
+      // Positional writes of a bounded zero buffer, never a segment-sized one.
+      const zeros = new Uint8Array(Math.min(ZERO_CHUNK_BYTES, endPosition - position));
+      for (let at = position; at < endPosition; at += zeros.length) {
+        await this.#handle.write(zeros.subarray(0, Math.min(zeros.length, endPosition - at)), at);
+      }
+      await this.#handle.datasync();
+    });
+  }
+
+  /**
+   * Hands out `[position, position + sizeBytes)` for reading, or undefined
+   * when that range is not readable yet (past {@link readPosition}) or the
+   * file is closing. Through a mapping the bytes are a view kept valid by a
+   * reference until released; otherwise they are a copy read with a
+   * positional read.
+   *
+   * @param position First byte.
+   * @param sizeBytes Length. Default: up to the read position.
+   */
+  async selectRange(position: number, sizeBytes?: number): Promise<SelectedRange | undefined> {
+    if (this.#mapping !== undefined) return this.selectView(position, sizeBytes);
+    const size = this.#checkSelect(position, sizeBytes);
+    if (size === undefined || !this.hold()) return undefined;
+    const bytes = new Uint8Array(size);
+    const read = this.#handle.read(bytes, position);
+    this.#reads.add(read);
+    try {
+      const n = await read;
+      assert(n === size, `read ${n} of ${size} committed bytes at ${position}`);
+    } finally {
+      this.#reads.delete(read);
+      this.release();
+    }
+    return { bytes, position, fileOffset: this.fileFromOffset + position, release: () => {} };
+  }
+
+  /** Whether reads are views of a mapping ({@link selectView} works). */
+  get readsThroughMapping(): boolean {
+    return this.#mapping !== undefined;
+  }
+
+  /**
+   * The synchronous form of {@link selectRange} for files read through a
+   * mapping: a view, held until released (no copy, no promise).
+   *
+   * @throws {MqStoreError} `UNSUPPORTED` when the port cannot map.
+   */
+  selectView(position: number, sizeBytes?: number): SelectedRange | undefined {
+    const mapping = this.#mapping;
+    if (mapping === undefined) {
+      throw new MqStoreError(
+        "UNSUPPORTED",
+        `Cannot view ${this.path}: the port cannot map files; use selectRange()`,
+      );
+    }
+    const size = this.#checkSelect(position, sizeBytes);
+    if (size === undefined || !this.hold()) return undefined;
+    let held = true;
+    return {
+      bytes: mapping.bytes.subarray(position, position + size),
+      position,
+      fileOffset: this.fileFromOffset + position,
+      release: () => {
+        if (!held) return;
+        held = false;
+        this.release();
+      },
+    };
+  }
+
+  /** The size to select, or undefined when the range is not readable yet. */
+  #checkSelect(position: number, sizeBytes: number | undefined): number | undefined {
+    const readPosition = this.readPosition;
+    const size = sizeBytes ?? Math.max(0, readPosition - position);
+    if (
+      !Number.isSafeInteger(position) || !Number.isSafeInteger(size) || position < 0 || size < 0
+    ) {
+      throw new RangeError(`Cannot select ${size} bytes at position ${position}`);
+    }
+    return position + size > readPosition ? undefined : size;
+  }
+
+  /**
+   * Takes a reference, so the file is not unmapped or closed until
+   * {@link release}. Returns false when the file is closing.
+   */
+  hold(): boolean {
+    if (!this.#available || this.#refCount <= 0) return false;
+    this.#refCount++;
+    return true;
+  }
+
+  /** Drops a reference taken by {@link hold}. */
+  release(): void {
+    if (this.#cleanup !== undefined && this.#refCount <= 0) return;
+    assert(this.#refCount > 0, `release of ${this.path} without a hold`);
+    this.#refCount--;
+    if (this.#refCount === 0) {
+      assert(!this.#available, `the owner of ${this.path} released its reference without closing`);
+      this.#startCleanup();
+      const waiters = this.#releaseWaiters;
+      this.#releaseWaiters = [];
+      for (const wake of waiters) wake();
+    }
+  }
+
+  /**
+   * Sets wrote, committed and flushed to `position` (loading, recovery,
+   * truncation). Bytes buffered past it are dropped. Not while a commit
+   * or flush is in flight.
+   */
+  resetPositions(position: number): void {
+    if (!Number.isSafeInteger(position) || position < 0 || position > this.fileSizeBytes) {
+      throw new RangeError(
+        `Position ${position} is outside segment ${this.path} of ${this.fileSizeBytes} bytes`,
+      );
+    }
+    this.#wrote = position;
+    this.#committed = position;
+    this.#flushed = position;
+    this.#windowStart = position;
+    if (position === this.fileSizeBytes) this.#releaseWriteBuffers();
+  }
+
+  /**
+   * Warms the segment before use, off the JavaScript thread: advises random
+   * access (so later 4 KiB flushes write 4 KiB, not 2 MiB), pre-faults
+   * every page for writing, and optionally locks it in memory. Only
+   * `mapping` mode writes through the mapping; elsewhere this does nothing.
+   *
+   * @returns Whether the mapping is locked in memory.
+   */
+  async warm(options: { lock?: boolean } = {}): Promise<boolean> {
+    const mapping = this.#mapping;
+    if (this.writeMode !== "mapping" || mapping === undefined) return false;
+    mapping.advise(0, this.fileSizeBytes, "random");
+    await mapping.populate(0, this.fileSizeBytes);
+    return options.lock === true ? mapping.lock() : false;
+  }
+
+  /** Last modification time of the file (for age-based deletion). */
+  async lastModifiedMs(): Promise<number> {
+    const stat = await this.#port.stat(this.path);
+    if (stat === undefined) {
+      throw new MqStoreError("NOT_FOUND", `Segment ${this.path} is gone`);
+    }
+    return stat.modifiedMs;
+  }
+
+  /**
+   * Unmaps and closes the file once readers released their ranges, or
+   * after `waitMs` anyway (their views are detached). Buffered bytes that
+   * were not committed are dropped: commit and flush first. Idempotent.
+   */
+  async close(options: CloseMappedFileOptions = {}): Promise<void> {
+    const waitMs = options.waitMs ?? DESTROY_FORCE_AFTER_MS_DEFAULT;
+    this.#retire();
+    if (this.#cleanup === undefined) await this.#waitForRelease(waitMs);
+    await this.#startCleanup();
+  }
+
+  /** {@link close}, then removes the file. Idempotent. */
+  async destroy(options: CloseMappedFileOptions = {}): Promise<void> {
+    await this.close(options);
+    await this.#remove();
+  }
+
+  /**
+   * RocketMQ's `destroy(intervalForcibly)`: closes and removes the file if
+   * no reader holds it; if one does, returns false unless `forceAfterMs`
+   * passed since the first attempt, in which case the mapping is retired
+   * under the readers. Never waits for readers.
+   *
+   * @returns Whether the file is gone.
+   */
+  async tryDestroy(forceAfterMs: number): Promise<boolean> {
+    this.#retire();
+    if (
+      this.#cleanup === undefined &&
+      this.#clock.nowMs() - this.#retiredAtMs < forceAfterMs
+    ) {
+      return false;
+    }
+    await this.#startCleanup();
+    await this.#remove();
+    return true;
+  }
+
+  #checkAppendable(): void {
+    if (this.writeMode === "read-only") {
+      throw new MqStoreError("UNSUPPORTED", `Cannot append to ${this.path}: opened read-only`);
+    }
+    if (!this.#available) {
+      throw new MqStoreError("CLOSED", `Cannot append to ${this.path}: the segment is closed`);
+    }
+    if (this.#wrote >= this.fileSizeBytes) {
+      throw new RangeError(`Cannot append to ${this.path}: the segment is full`);
+    }
+  }
+
+  #prepareTarget(): MutableAppendTarget {
+    const target = this.#target;
+    const wrote = this.#wrote;
+    target.fileOffset = this.fileFromOffset + wrote;
+    target.remainingBytes = this.fileSizeBytes - wrote;
+    target.writableBytes = target.remainingBytes;
+    if (this.writeMode === "mapping") {
+      target.bytes = (this.#mapping as Mapping).bytes;
+      target.index = wrote;
+    } else if (this.writeMode === "pool") {
+      const buffer = this.#poolBuffer;
+      assert(buffer !== undefined, "a file in pool mode keeps its buffer until fully committed");
+      target.bytes = buffer;
+      target.index = wrote;
+    } else {
+      // The window is allocated on first use so that loaded, full segments
+      // cost no buffer.
+      this.#window ??= new Uint8Array(this.#windowSizeBytes);
+      assert(this.#windowStart === this.#committed, "the window starts at committed");
+      target.bytes = this.#window;
+      target.index = wrote - this.#windowStart;
+      target.writableBytes = Math.min(target.remainingBytes, this.#window.length - target.index);
+    }
+    return target;
+  }
+
+  /** Writes `[committed, wrote)` from the write buffer into the file. */
+  async #commitNow(): Promise<void> {
+    const from = this.#committed;
+    const to = this.#wrote;
+    if (to > from) {
+      let source: Uint8Array;
+      if (this.writeMode === "pool") {
+        const buffer = this.#poolBuffer;
+        assert(buffer !== undefined, "uncommitted bytes keep the pool buffer");
+        source = buffer.subarray(from, to);
+      } else {
+        const window = this.#window;
+        assert(window !== undefined, "uncommitted bytes keep the window");
+        source = window.subarray(from - this.#windowStart, to - this.#windowStart);
+      }
+      await this.#handle.write(source, from);
+      assert(this.#committed === from, "commits are serialised");
+      this.#committed = to;
+      if (this.writeMode === "window" && this.#window !== undefined) {
+        // Appends made while the write was in flight sit after the written
+        // range; move them to the front so the window starts at committed.
+        this.#window.copyWithin(0, to - this.#windowStart, this.#wrote - this.#windowStart);
+        this.#windowStart = to;
+      }
+    }
+    if (this.#committed === this.fileSizeBytes) this.#releaseWriteBuffers();
+  }
+
+  #releaseWriteBuffers(): void {
+    this.#window = undefined;
+    this.#windowStart = this.#committed;
+    const buffer = this.#poolBuffer;
+    if (buffer !== undefined) {
+      this.#poolBuffer = undefined;
+      this.#pool?.giveBack(buffer);
+      // A later truncation may make the file writable again; it is then
+      // written like a loaded segment (RocketMQ: writeBuffer null).
+      this.#writeMode = this.#mapping !== undefined ? "mapping" : "window";
+    }
+  }
+
+  /** Runs `operation` after every commit and flush started before it. */
+  #exclusive<T>(operation: () => Promise<T>): Promise<T> {
+    // Cleanup waits for operations queued before it started; later ones
+    // would race the unmap and the close.
+    if (this.#cleanup !== undefined) {
+      return Promise.reject(
+        new MqStoreError("CLOSED", `Cannot commit or flush ${this.path}: the segment is closed`),
+      );
+    }
+    const result = this.#ioTail.then(operation);
+    this.#ioTail = result.then(() => {}, () => {});
+    return result;
+  }
+
+  /** Stops new holds and drops the owner's reference (once). */
+  #retire(): void {
+    if (!this.#available) return;
+    this.#available = false;
+    this.#retiredAtMs = this.#clock.nowMs();
+    this.release();
+  }
+
+  #waitForRelease(waitMs: number): Promise<void> {
+    if (this.#refCount <= 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      let cancel = () => {};
+      const wake = () => {
+        cancel();
+        resolve();
+      };
+      this.#releaseWaiters.push(wake);
+      cancel = this.#clock.setTimer(waitMs, () => {
+        this.#releaseWaiters = this.#releaseWaiters.filter((w) => w !== wake);
+        resolve();
+      });
+    });
+  }
+
+  /** Unmaps and closes once; by force when readers still hold ranges. */
+  #startCleanup(): Promise<void> {
+    if (this.#cleanup === undefined) {
+      this.#cleanup = this.#cleanupNow();
+      // Awaited by close()/destroy(); keep an unawaited start from being
+      // reported as unhandled.
+      this.#cleanup.catch(() => {});
+    }
+    return this.#cleanup;
+  }
+
+  async #cleanupNow(): Promise<void> {
+    // Commits, flushes and positional reads in flight use the descriptor,
+    // the mapping and the pool buffer: let them finish first.
+    await this.#ioTail;
+    await Promise.allSettled([...this.#reads]);
+    this.#mapping?.unmap();
+    this.#releaseWriteBuffers();
+    await this.#handle.close();
+  }
+
+  async #remove(): Promise<void> {
+    if (this.#removed) return;
+    this.#removed = true;
+    await this.#port.remove(this.path);
+  }
+}
+
+/**
+ * The least-pages rule of RocketMQ's `isAbleToFlush` / `isAbleToCommit`:
+ * a full file always; else whole 4 KiB pages between `done` and `target`
+ * when `leastPages > 0` (so 4095 → 4097 counts as one page); else any
+ * progress.
+ *
+ * @example
+ * ```ts
+ * import { isAbleTo } from "./mapped_file.ts";
+ *
+ * console.log(isAbleTo(4095, 4097, false, 1)); // true
+ * console.log(isAbleTo(0, 4095, false, 1)); // false
+ * ```
+ */
+export function isAbleTo(done: number, target: number, full: boolean, leastPages: number): boolean {
+  if (full) return true;
+  if (leastPages > 0) {
+    return Math.floor(target / OS_PAGE_SIZE_BYTES) - Math.floor(done / OS_PAGE_SIZE_BYTES) >=
+      leastPages;
+  }
+  return target > done;
+}
+
+function checkLeastPages(leastPages: number): void {
+  if (!Number.isSafeInteger(leastPages) || leastPages < 0) {
+    throw new RangeError(`leastPages ${leastPages} must be a non-negative integer`);
+  }
+}
+
+function checkOptions(options: MappedFileOptions): void {
+  if (!Number.isSafeInteger(options.fileSizeBytes) || options.fileSizeBytes <= 0) {
+    throw new RangeError(`Segment size ${options.fileSizeBytes} must be a positive integer`);
+  }
+  const buffer = options.writeBufferSizeBytes;
+  if (buffer !== undefined && (!Number.isSafeInteger(buffer) || buffer <= 0)) {
+    throw new RangeError(`Write buffer size ${buffer} must be a positive integer`);
+  }
+  startOffsetOf(options.path);
+}
+
+function startOffsetOf(path: string): number {
+  const offset = parseSegmentFileName(baseName(path));
+  if (offset === undefined) {
+    throw new RangeError(`Segment path ${path} must end in a 20-digit start offset`);
+  }
+  return offset;
+}
