@@ -1,0 +1,367 @@
+/**
+ * Bun-only behaviour of the `bun-ffi` binding (`src/runtime/bun.ts`):
+ * `Bun.mmap` views at 64-bit offsets, retiring by `transfer(0)`, read-only
+ * mappings through libc `mmap`, `fdatasync` flushes that survive the file
+ * handle being closed, the `madvise` worker, OFD locks, `cachestat`. Under
+ * Deno and Node every test is skipped. The cross-adapter behaviour of the
+ * port is tested in `runtime_port_test.ts`.
+ */
+
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import process from "node:process";
+import { test } from "node:test";
+import { MqStoreError } from "../src/errors.ts";
+import { LINUX, type NativeLibc } from "../src/runtime/_native.ts";
+import { runtimeName } from "../src/runtime/info.ts";
+
+const SKIP = runtimeName() === "bun" ? false : "bun-ffi runs on Bun only";
+const BUN_MODULE = new URL("../src/runtime/bun.ts", import.meta.url).href;
+const OFFSET_4_GIB = 2 ** 32;
+/** What the kernel (and the binding, for a retired mapping) answers for an unmapped range. */
+const ENOMEM = 0xc;
+
+/** Runs `body` with the binding and a fresh temporary directory, removed after. */
+async function withLibc(
+  body: (libc: NativeLibc, directory: string) => Promise<void> | void,
+): Promise<void> {
+  const { loadLibc } = await import(BUN_MODULE) as typeof import("../src/runtime/bun.ts");
+  const directory = fs.mkdtempSync(`${os.tmpdir()}/mqstore-`);
+  try {
+    await body(await loadLibc(), directory);
+  } finally {
+    fs.rmSync(directory, { recursive: true, force: true });
+  }
+}
+
+/** Creates a sparse file of `sizeBytes` and returns an open read-write descriptor. */
+function sparseFile(path: string, sizeBytes: number): number {
+  const fd = fs.openSync(path, "w+");
+  fs.ftruncateSync(fd, sizeBytes);
+  return fd;
+}
+
+/** The /proc/self/maps lines of mappings of `path`. */
+function mapsOf(path: string): string[] {
+  return fs.readFileSync("/proc/self/maps", "utf8").split("\n").filter((line) =>
+    line.endsWith(path)
+  );
+}
+
+test(
+  "loadLibc() maps file offset 2^32, not offset 0 (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/big`;
+      const fd = sparseFile(path, OFFSET_4_GIB + 2 * libc.pageSizeBytes);
+      try {
+        fs.writeSync(fd, Buffer.from("high"), 0, 4, OFFSET_4_GIB + 0x64);
+        fs.writeSync(fd, Buffer.from("low!"), 0, 4, 0x64);
+        const mapping = libc.mmap({ fd, path }, OFFSET_4_GIB, 2 * libc.pageSizeBytes, true);
+        assert.equal(mapping.length, 2 * libc.pageSizeBytes);
+        assert.equal(Buffer.from(mapping.bytes.subarray(0x64, 0x68)).toString(), "high");
+        mapping.bytes.set(Buffer.from("view"), 0xc8);
+        assert.equal(await libc.msync(mapping, 0xc8, 4), 0);
+        const back = Buffer.alloc(4);
+        fs.readSync(fd, back, 0, 4, OFFSET_4_GIB + 0xc8);
+        assert.equal(back.toString(), "view");
+        fs.readSync(fd, back, 0, 4, 0xc8);
+        assert.deepEqual([...back], [0, 0, 0, 0]);
+        libc.retire(mapping);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "retire() detaches every view and unmaps the range (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((libc, directory) => {
+      const path = `${directory}/file`;
+      const length = 4 * libc.pageSizeBytes;
+      const fd = sparseFile(path, length);
+      try {
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        const stale = mapping.bytes.subarray(libc.pageSizeBytes);
+        stale[0] = 0xab;
+        const [line] = mapsOf(path);
+        assert.match(line ?? "", / rw-s /);
+        libc.retire(mapping);
+        libc.retire(mapping);
+        assert.equal(mapping.bytes.length, 0);
+        assert.equal(stale.length, 0);
+        assert.equal(stale[0], undefined);
+        assert.deepEqual(mapsOf(path), []);
+        assert.equal(fs.readFileSync(path)[libc.pageSizeBytes], 0xab);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "mmap() maps read-only with PROT_READ and retire() unmaps it (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((libc, directory) => {
+      const path = `${directory}/file`;
+      const length = 2 * libc.pageSizeBytes;
+      fs.writeFileSync(path, new Uint8Array(length).fill(0x5a));
+      const fd = fs.openSync(path, "r");
+      try {
+        const mapping = libc.mmap({ fd, path }, libc.pageSizeBytes, libc.pageSizeBytes, false);
+        const lines = mapsOf(path);
+        assert.equal(lines.length, 1);
+        assert.match(lines[0] ?? "", / r--s 00001000 /);
+        assert.ok(mapping.bytes.every((byte) => byte === 0x5a));
+        libc.retire(mapping);
+        assert.equal(mapping.bytes.length, 0);
+        assert.deepEqual(mapsOf(path), []);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "mmap() refuses a range past the end of the file (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((libc, directory) => {
+      const path = `${directory}/file`;
+      const fd = sparseFile(path, libc.pageSizeBytes);
+      try {
+        for (const writable of [true, false]) {
+          assert.throws(
+            () => libc.mmap({ fd, path }, 0, 2 * libc.pageSizeBytes, writable),
+            (error) => error instanceof MqStoreError && error.code === "INVALID_FILE",
+          );
+        }
+        assert.deepEqual(mapsOf(path), []);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "msync() writes back pages dirtied through the mapping (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/file`;
+      const pages = 0x10;
+      const length = pages * libc.pageSizeBytes;
+      const fd = fs.openSync(path, "w+");
+      try {
+        assert.equal(libc.fallocate(fd, 0, length), 0);
+        assert.equal(fs.fstatSync(fd).size, length);
+        const before = libc.cachestat(fd, 0, length);
+        if (before === undefined) return; // A kernel before 6.5: nothing to count.
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        for (let page = 0; page < pages; page++) mapping.bytes[page * libc.pageSizeBytes] = 1;
+        assert.ok((libc.cachestat(fd, 0, length)?.dirtyPages ?? 0) > 0);
+        assert.equal(await libc.msync(mapping, libc.pageSizeBytes + 1, 1), 0);
+        assert.equal(libc.cachestat(fd, 0, length)?.dirtyPages, 0);
+        libc.retire(mapping);
+        assert.equal(await libc.msync(mapping, 0, length), ENOMEM);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "msync() flushes the mapped file after its descriptor was closed and reused (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/file`;
+      const length = 4 * libc.pageSizeBytes;
+      const fd = fs.openSync(path, "w+");
+      assert.equal(libc.fallocate(fd, 0, length), 0);
+      const mapping = libc.mmap({ fd, path }, 0, length, true);
+      fs.closeSync(fd);
+      // Likely to get the same descriptor number back.
+      const other = fs.openSync(`${directory}/other`, "w+");
+      const probe = fs.openSync(path, "r");
+      try {
+        mapping.bytes.fill(0xcd);
+        if (libc.cachestat(probe, 0, length) === undefined) return;
+        assert.ok((libc.cachestat(probe, 0, length)?.dirtyPages ?? 0) > 0);
+        assert.equal(await libc.msync(mapping, 0, length), 0);
+        assert.equal(libc.cachestat(probe, 0, length)?.dirtyPages, 0);
+        libc.retire(mapping);
+      } finally {
+        fs.closeSync(other);
+        fs.closeSync(probe);
+      }
+    }),
+);
+
+test(
+  "madvise() and madviseAsync() align the range down to the page (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/file`;
+      const page = libc.pageSizeBytes;
+      const pages = 0x20;
+      const fd = fs.openSync(path, "w+");
+      try {
+        assert.equal(libc.fallocate(fd, 0, pages * page), 0);
+        const mapping = libc.mmap({ fd, path }, 0, pages * page, true);
+        // Unaligned addresses would be EINVAL (22) without the alignment.
+        // MADV_RANDOM over the whole mapping (from an unaligned position), so
+        // no read-around caches pages beyond those asked for.
+        assert.equal(libc.madvise(mapping, 0x10, pages * page - 0x10, LINUX.MADV_RANDOM), 0);
+        assert.equal(
+          await libc.madviseAsync(mapping, page + 1, 2 * page, LINUX.MADV_POPULATE_WRITE),
+          0,
+        );
+        // The worker faulted in pages 1 to 3 and no others.
+        assert.equal(libc.cachestat(fd, page, 3 * page)?.cachedPages ?? 3, 3);
+        assert.equal(libc.cachestat(fd, 4 * page, 4 * page)?.cachedPages ?? 0, 0);
+        // Advice that is not a pre-fault runs on this thread, aligned too.
+        assert.equal(
+          await libc.madviseAsync(mapping, 5 * page + 7, 1, LINUX.MADV_SEQUENTIAL),
+          0,
+        );
+        libc.retire(mapping);
+        assert.equal(libc.madvise(mapping, 0, page, LINUX.MADV_NORMAL), ENOMEM);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "madviseAsync() resolves 0 when the mapping is retired while it runs (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/file`;
+      const length = 0x100 * libc.pageSizeBytes;
+      const fd = fs.openSync(path, "w+");
+      try {
+        assert.equal(libc.fallocate(fd, 0, length), 0);
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        const populated = libc.madviseAsync(mapping, 0, length, LINUX.MADV_POPULATE_WRITE);
+        libc.retire(mapping);
+        assert.equal(await populated, 0);
+        assert.equal(
+          await libc.madviseAsync(mapping, 0, length, LINUX.MADV_POPULATE_WRITE),
+          ENOMEM,
+        );
+        assert.deepEqual(mapsOf(path), []);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "mlock() and munlock() pin the whole mapping (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((libc, directory) => {
+      const path = `${directory}/file`;
+      const length = 2 * libc.pageSizeBytes;
+      const fd = sparseFile(path, length);
+      try {
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        const locked = libc.mlock(mapping);
+        // Refused under a small RLIMIT_MEMLOCK without CAP_IPC_LOCK.
+        assert.ok([0, LINUX.EAGAIN, 1, ENOMEM].includes(locked), `mlock errno ${locked}`);
+        if (locked === 0) assert.equal(libc.munlock(mapping), 0);
+        libc.retire(mapping);
+        assert.equal(libc.mlock(mapping), ENOMEM);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "fcntlLock() refuses a second open file description (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((libc, directory) => {
+      const path = `${directory}/lock`;
+      const first = fs.openSync(path, "w+");
+      const second = fs.openSync(path, "r+");
+      try {
+        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
+        const refused = libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK);
+        assert.ok(refused.errno === LINUX.EAGAIN || refused.errno === LINUX.EACCES);
+        // An OFD holder is reported with pid -1.
+        const holder = libc.fcntlLock(second, LINUX.F_OFD_GETLK, LINUX.F_WRLCK);
+        assert.deepEqual(holder, { errno: 0, type: LINUX.F_WRLCK, pid: -1 });
+        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_UNLCK).errno, 0);
+        assert.equal(libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
+      } finally {
+        fs.closeSync(first);
+        fs.closeSync(second);
+      }
+    }),
+);
+
+test(
+  "madviseAsync() keeps the process alive until answered, not after (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((_libc, directory) => {
+      const path = `${directory}/file`;
+      // Nothing awaits the pre-fault: only the pending worker request can
+      // keep the process alive until "answered" is printed, and the idle
+      // worker must then let it exit.
+      const child = `
+        import fs from "node:fs";
+        const { loadLibc } = await import(${JSON.stringify(BUN_MODULE)});
+        const libc = await loadLibc();
+        const length = 0x400 * libc.pageSizeBytes;
+        const fd = fs.openSync(${JSON.stringify(path)}, "w+");
+        libc.fallocate(fd, 0, length);
+        const mapping = libc.mmap({ fd, path: ${JSON.stringify(path)} }, 0, length, true);
+        // The first answer leaves the worker idle (unreferenced); the
+        // second request must reference it again.
+        console.log("first " + await libc.madviseAsync(mapping, 0, 1, ${LINUX.MADV_POPULATE_WRITE}));
+        libc.madviseAsync(mapping, 0, length, ${LINUX.MADV_POPULATE_WRITE})
+          .then((errno) => console.log("answered " + errno));
+      `;
+      const script = `${directory}/child.ts`;
+      fs.writeFileSync(script, child);
+      // The timeout only turns a hang into a failure; nothing is timed.
+      const result = spawnSync(process.execPath, [script], {
+        encoding: "utf8",
+        timeout: 60_000,
+      });
+      assert.equal(result.signal, null, "the child hung");
+      assert.equal(result.status, 0, result.stderr);
+      assert.equal(result.stdout.trim(), "first 0\nanswered 0");
+    }),
+);
+
+test(
+  "mmap() refuses a view longer than Bun's largest ArrayBuffer (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((libc, directory) => {
+      const path = `${directory}/file`;
+      const length = OFFSET_4_GIB + libc.pageSizeBytes;
+      const fd = sparseFile(path, length);
+      try {
+        assert.throws(
+          () => libc.mmap({ fd, path }, 0, length, true),
+          (error) => error instanceof MqStoreError && error.code === "UNSUPPORTED",
+        );
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
