@@ -547,7 +547,15 @@ export class FsPort implements RuntimePort {
     };
   }
 
-  async #lockWithPidFile(path: string): Promise<DirectoryLock> {
+  #lockWithPidFile(path: string): Promise<DirectoryLock> {
+    try {
+      return Promise.resolve(this.#lockWithPidFileNow(path));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  #lockWithPidFileNow(path: string): DirectoryLock {
     const pidPath = `${path}/${PID_FILE}`;
     let key: string;
     try {
