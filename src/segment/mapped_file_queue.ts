@@ -448,6 +448,20 @@ export class MappedFileQueue {
   }
 
   /**
+   * Deletes the newest segment (RocketMQ's `deleteLastMappedFile`): a
+   * consume queue cut back past the first unit of its last file drops the
+   * file. Readers still holding ranges of it see them detached.
+   */
+  async deleteLastFile(): Promise<void> {
+    this.#checkWritable("delete segments of");
+    const last = this.#files.pop();
+    if (last === undefined) return;
+    if (this.#flushedWhere > last.fileFromOffset) this.#flushedWhere = last.fileFromOffset;
+    if (this.#committedWhere > last.fileFromOffset) this.#committedWhere = last.fileFromOffset;
+    await last.destroy({ waitMs: 0 });
+  }
+
+  /**
    * Deletes segments older than `expiredTimeMs` (by last modification),
    * oldest first, never the last one, at most `maxCount` per call. The walk
    * stops at the first segment that is too young or still held by a reader

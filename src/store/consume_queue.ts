@@ -1,0 +1,634 @@
+/**
+ * One consume queue: the per topic/queue list of where each message of the
+ * queue sits in the commit log (RocketMQ's `ConsumeQueue`), stored as
+ * fixed-size segments of 20-byte units.
+ *
+ * ```
+ * <root>/consumequeue/<topic>/<queueId>/00000000000006000000
+ *                                       ^ logical byte offset = queue offset × 20
+ * unit = int64 commitLogOffset | int32 size | int64 tagsCode   (big-endian)
+ * ```
+ *
+ * Queue offset `q` is the unit at logical byte offset `q × 20`. A queue
+ * whose first file is created for a queue offset past 0 gets its first
+ * positions filled with padding units `(0, 0x7FFFFFFF, 0)`, as RocketMQ
+ * does, so every file stays a dense array indexed by queue offset.
+ *
+ * Recovery follows RocketMQ: walk from the third-last file; the first unit
+ * with a negative offset or a size ≤ 0 ends the queue. Unlike RocketMQ,
+ * units cut off by {@link ConsumeQueue.recover} or
+ * {@link ConsumeQueue.truncateDirtyLogicFiles} are also zeroed on disk, so
+ * a later crash cannot bring a stale unit back.
+ *
+ * @module
+ */
+
+import { assert } from "../assert.ts";
+import { MqStoreError } from "../errors.ts";
+import type { RuntimePort } from "../runtime/port.ts";
+import type { Clock } from "../segment/clock.ts";
+import type { MappedFile } from "../segment/mapped_file.ts";
+import { MappedFileQueue } from "../segment/mapped_file_queue.ts";
+import {
+  CONSUME_QUEUE_DIRECTORY_NAME,
+  CQ_PAD_UNIT_SIZE,
+  CQ_UNIT_SIZE_BYTES,
+  CQ_UNIT_SIZE_POSITION,
+  CQ_UNIT_TAGS_CODE_POSITION,
+  MAPPED_FILE_SIZE_CONSUME_QUEUE_DEFAULT,
+} from "./_consume_queue_constants.ts";
+import { readInt64, writeInt64 } from "./_consume_queue_int64.ts";
+
+/** Options of {@link ConsumeQueue}. */
+export interface ConsumeQueueOptions {
+  /** The runtime port. */
+  port: RuntimePort;
+  /** The store root (the queue lives in `<root>/consumequeue/<topic>/<queueId>`). */
+  rootDirectory: string;
+  /** The topic. */
+  topic: string;
+  /** The queue id. */
+  queueId: number;
+  /**
+   * Size of each consume-queue file; a whole number of 20-byte units.
+   *
+   * @default {6 000 000}
+   */
+  mappedFileSizeConsumeQueue?: number;
+  /**
+   * Open without writing anything (no recovery writes, no new files).
+   *
+   * @default {false}
+   */
+  readOnly?: boolean;
+  /**
+   * Create sparse files (tests only).
+   *
+   * @default {false}
+   */
+  sparse?: boolean;
+  /**
+   * Time source of the segment layer.
+   *
+   * @default {systemClock}
+   */
+  clock?: Clock;
+}
+
+/** One unit of a consume queue. */
+export interface ConsumeQueueUnit {
+  /** Commit-log offset of the message. */
+  commitLogOffset: number;
+  /** Record size of the message. */
+  size: number;
+  /** tagsCode (int64 as a number; may be negative). */
+  tagsCode: number;
+}
+
+/**
+ * A run of consecutive units read from one file, without an object per
+ * unit. Valid until {@link ConsumeQueueUnits.release}; read the fields with
+ * the `…At(i)` accessors.
+ *
+ * @example
+ * ```ts ignore
+ * const units = await cq.readUnits(queueOffset, 32);
+ * if (units !== undefined) {
+ *   try {
+ *     for (let i = 0; i < units.count; i++) read(units.commitLogOffsetAt(i), units.sizeAt(i));
+ *   } finally {
+ *     units.release();
+ *   }
+ * }
+ * ```
+ */
+export class ConsumeQueueUnits {
+  /** Queue offset of unit 0. */
+  readonly queueOffset: number;
+  /** Number of units. */
+  readonly count: number;
+  #view: DataView;
+  #release: () => void;
+
+  /** @internal Built by {@link ConsumeQueue.readUnits}. */
+  constructor(queueOffset: number, bytes: Uint8Array, release: () => void) {
+    assert(bytes.length % CQ_UNIT_SIZE_BYTES === 0, `${bytes.length} bytes are whole units`);
+    this.queueOffset = queueOffset;
+    this.count = bytes.length / CQ_UNIT_SIZE_BYTES;
+    this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+    this.#release = release;
+  }
+
+  /** Commit-log offset of unit `i`. */
+  commitLogOffsetAt(i: number): number {
+    return readInt64(this.#view, this.#position(i));
+  }
+
+  /** Record size of unit `i`. */
+  sizeAt(i: number): number {
+    return this.#view.getInt32(this.#position(i) + CQ_UNIT_SIZE_POSITION);
+  }
+
+  /** tagsCode of unit `i`. */
+  tagsCodeAt(i: number): number {
+    return readInt64(this.#view, this.#position(i) + CQ_UNIT_TAGS_CODE_POSITION);
+  }
+
+  /** Unit `i` as an object (allocates; for tests and tools). */
+  unitAt(i: number): ConsumeQueueUnit {
+    return {
+      commitLogOffset: this.commitLogOffsetAt(i),
+      size: this.sizeAt(i),
+      tagsCode: this.tagsCodeAt(i),
+    };
+  }
+
+  /** Gives the underlying file range back; idempotent. */
+  release(): void {
+    const release = this.#release;
+    this.#release = () => {};
+    release();
+  }
+
+  #position(i: number): number {
+    if (!Number.isInteger(i) || i < 0 || i >= this.count) {
+      throw new RangeError(`Unit ${i} is outside this run of ${this.count} units`);
+    }
+    return i * CQ_UNIT_SIZE_BYTES;
+  }
+}
+
+/**
+ * The consume queue of one topic and queue id.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { ConsumeQueue } from "./consume_queue.ts";
+ *
+ * const port = new MemoryPort("deno");
+ * const cq = new ConsumeQueue({ port, rootDirectory: "/store", topic: "Orders", queueId: 0 });
+ * await cq.load();
+ * await cq.recover();
+ * await cq.putUnit(0, 176, 0, 0);
+ * console.log(await cq.getUnit(0)); // { commitLogOffset: 0, size: 176, tagsCode: 0 }
+ * await cq.close();
+ * ```
+ */
+export class ConsumeQueue {
+  /** The topic. */
+  readonly topic: string;
+  /** The queue id. */
+  readonly queueId: number;
+  /** The queue's directory. */
+  readonly directory: string;
+  /** Size of each file (a whole number of units). */
+  readonly fileSizeBytes: number;
+
+  /** The files. */
+  #queue: MappedFileQueue;
+  #readOnly: boolean;
+  /**
+   * End (offset + size) of the message of the last unit written or
+   * recovered; -1 before any. A unit ending at or below it is a repeat
+   * (RocketMQ's `maxPhysicOffset`).
+   */
+  #maxPhysicOffset = -1;
+  /** Logical byte offset of the first unit readers may see (RocketMQ's `minLogicOffset`). */
+  #minLogicOffset = 0;
+  /** End of the valid units found by a read-only recovery (files are left as they are). */
+  #readOnlyEnd: number | undefined;
+  /** A put is in progress (puts are sequential: the dispatcher awaits each). */
+  #putting = false;
+  /** Scratch for one unit, reused by every put. */
+  #unit = new Uint8Array(CQ_UNIT_SIZE_BYTES);
+  #unitView = new DataView(this.#unit.buffer);
+
+  /** @param options Port, store root, topic, queue id and file size. */
+  constructor(options: ConsumeQueueOptions) {
+    const fileSizeBytes = options.mappedFileSizeConsumeQueue ??
+      MAPPED_FILE_SIZE_CONSUME_QUEUE_DEFAULT;
+    if (
+      !Number.isSafeInteger(fileSizeBytes) || fileSizeBytes <= 0 ||
+      fileSizeBytes % CQ_UNIT_SIZE_BYTES !== 0
+    ) {
+      throw new RangeError(
+        `mappedFileSizeConsumeQueue ${fileSizeBytes} must be a positive multiple of the ${CQ_UNIT_SIZE_BYTES}-byte unit`,
+      );
+    }
+    if (!Number.isSafeInteger(options.queueId) || options.queueId < 0) {
+      throw new RangeError(`Queue id ${options.queueId} must be a non-negative integer`);
+    }
+    if (options.topic.length === 0 || options.topic.includes("/")) {
+      throw new RangeError(`Topic "${options.topic}" cannot name a consume-queue directory`);
+    }
+    this.topic = options.topic;
+    this.queueId = options.queueId;
+    this.fileSizeBytes = fileSizeBytes;
+    this.directory = consumeQueueDirectory(options.rootDirectory, options.topic, options.queueId);
+    this.#readOnly = options.readOnly === true;
+    this.#queue = new MappedFileQueue({
+      port: options.port,
+      directory: this.directory,
+      fileSizeBytes,
+      readOnly: this.#readOnly,
+      sparse: options.sparse,
+      clock: options.clock,
+    });
+  }
+
+  /**
+   * Opens the files on disk (all counted as full until {@link recover}).
+   *
+   * @throws {MqStoreError} `INVALID_FILE` for a file of another size or a gap.
+   */
+  async load(): Promise<void> {
+    await this.#queue.load();
+  }
+
+  /**
+   * Finds the end of the valid units, RocketMQ's way: from the third-last
+   * file, a unit with a negative offset or a size ≤ 0 ends the queue. Files
+   * past the end are deleted and the rest of the last file is zeroed
+   * (unless read-only).
+   *
+   * @returns The end (offset + size) of the last valid unit's message, or
+   *   -1 when the queue holds none.
+   */
+  async recover(): Promise<number> {
+    const files = this.#queue.files;
+    if (files.length === 0) return this.#maxPhysicOffset;
+    let index = Math.max(0, files.length - 3);
+    let processOffset = (files[index] as MappedFile).fileFromOffset;
+    for (; index < files.length; index++) {
+      const file = files[index] as MappedFile;
+      const validBytes = await this.#scanValid(file, file.readPosition, -1);
+      processOffset = file.fileFromOffset + validBytes;
+      if (validBytes < this.fileSizeBytes) break;
+    }
+    if (this.#readOnly) {
+      // Read-only: keep the files as they are, only limit what readers see.
+      this.#readOnlyEnd = processOffset;
+      for (const file of files) {
+        if (file.fileFromOffset + file.readPosition > processOffset) {
+          file.resetPositions(Math.max(0, processOffset - file.fileFromOffset));
+        }
+      }
+      return this.#maxPhysicOffset;
+    }
+    this.#queue.flushedWhere = processOffset;
+    this.#queue.committedWhere = processOffset;
+    await this.#cutAt(processOffset);
+    return this.#maxPhysicOffset;
+  }
+
+  /**
+   * Writes the unit of queue offset `queueOffset` (RocketMQ's
+   * `putMessagePositionInfo`). A repeat is skipped: a unit whose message
+   * ends at or below the last one's, or a queue offset already written.
+   * The first file of an empty queue created for a queue offset past 0 is
+   * padded up to it with `(0, 0x7FFFFFFF, 0)` units. One put at a time:
+   * await each before the next.
+   *
+   * @returns Whether the unit was written (false: a skipped repeat).
+   * @throws {RangeError} For bad arguments, or a queue offset past the end
+   *   of the queue (units must be consecutive).
+   */
+  async putUnit(
+    commitLogOffset: number,
+    size: number,
+    tagsCode: number,
+    queueOffset: number,
+  ): Promise<boolean> {
+    checkUnit(commitLogOffset, size, tagsCode, queueOffset);
+    if (commitLogOffset + size <= this.#maxPhysicOffset) return false;
+    assert(!this.#putting, `puts to ${this.directory} do not overlap: await each one`);
+    this.#putting = true;
+    try {
+      return await this.#put(commitLogOffset, size, tagsCode, queueOffset);
+    } finally {
+      this.#putting = false;
+    }
+  }
+
+  async #put(
+    commitLogOffset: number,
+    size: number,
+    tagsCode: number,
+    queueOffset: number,
+  ): Promise<boolean> {
+    const expectLogicOffset = queueOffset * CQ_UNIT_SIZE_BYTES;
+    const firstInQueue = this.#queue.files.length === 0;
+    // The usual case, a last file with room, takes no await.
+    let file = this.#queue.lastFile;
+    if (file === undefined || file.isFull) {
+      file = await this.#queue.getOrCreateLastMappedFile(expectLogicOffset);
+    }
+    if (firstInQueue && queueOffset !== 0 && file.wrotePosition === 0) {
+      this.#minLogicOffset = expectLogicOffset;
+      this.#queue.flushedWhere = expectLogicOffset;
+      this.#queue.committedWhere = expectLogicOffset;
+      await this.#fillPreBlank(file, expectLogicOffset);
+    }
+    const currentLogicOffset = file.fileFromOffset + file.wrotePosition;
+    if (queueOffset !== 0 || currentLogicOffset !== 0) {
+      if (expectLogicOffset < currentLogicOffset) return false;
+      if (expectLogicOffset > currentLogicOffset) {
+        throw new RangeError(
+          `Cannot put the unit of queue offset ${queueOffset} in ${this.topic}/${this.queueId}: the queue ends at queue offset ${
+            currentLogicOffset / CQ_UNIT_SIZE_BYTES
+          } (units are consecutive)`,
+        );
+      }
+    }
+    const view = this.#unitView;
+    writeInt64(view, 0, commitLogOffset);
+    view.setInt32(CQ_UNIT_SIZE_POSITION, size);
+    writeInt64(view, CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
+    if (file.writeMode === "window") await this.#append(file, this.#unit);
+    else this.#appendNow(file, this.#unit);
+    this.#maxPhysicOffset = commitLogOffset + size;
+    return true;
+  }
+
+  /**
+   * The unit of queue offset `queueOffset`, or undefined outside
+   * `[minOffsetInQueue, maxOffsetInQueue)`.
+   */
+  async getUnit(queueOffset: number): Promise<ConsumeQueueUnit | undefined> {
+    const units = await this.readUnits(queueOffset, 1);
+    if (units === undefined) return undefined;
+    try {
+      return units.unitAt(0);
+    } finally {
+      units.release();
+    }
+  }
+
+  /**
+   * Up to `maxCount` consecutive units from `queueOffset`, all from one
+   * file (fewer at a file end: ask again from `queueOffset + count`), or
+   * undefined outside `[minOffsetInQueue, maxOffsetInQueue)`. On mapping
+   * ports the run is a view of the file; release it when done.
+   */
+  async readUnits(queueOffset: number, maxCount: number): Promise<ConsumeQueueUnits | undefined> {
+    if (!Number.isSafeInteger(queueOffset) || queueOffset < 0) {
+      throw new RangeError(`Queue offset ${queueOffset} must be a non-negative integer`);
+    }
+    if (!Number.isSafeInteger(maxCount) || maxCount <= 0) {
+      throw new RangeError(`maxCount ${maxCount} must be a positive integer`);
+    }
+    const logicOffset = queueOffset * CQ_UNIT_SIZE_BYTES;
+    if (logicOffset < this.#minLogicOffset) return undefined;
+    const file = this.#queue.findMappedFileByOffset(logicOffset);
+    if (file === undefined) return undefined;
+    const position = logicOffset - file.fileFromOffset;
+    const available = Math.floor((file.readPosition - position) / CQ_UNIT_SIZE_BYTES);
+    if (available <= 0) return undefined;
+    const count = Math.min(available, maxCount);
+    const range = await file.selectRange(position, count * CQ_UNIT_SIZE_BYTES);
+    if (range === undefined) return undefined;
+    return new ConsumeQueueUnits(queueOffset, range.bytes, range.release);
+  }
+
+  /** The first queue offset readers may ask for (RocketMQ's `getMinOffsetInQueue`). */
+  get minOffsetInQueue(): number {
+    return this.#minLogicOffset / CQ_UNIT_SIZE_BYTES;
+  }
+
+  /** The queue offset the next unit gets (RocketMQ's `getMaxOffsetInQueue`). */
+  get maxOffsetInQueue(): number {
+    return (this.#readOnlyEnd ?? this.#queue.maxOffset) / CQ_UNIT_SIZE_BYTES;
+  }
+
+  /** End (offset + size) of the last unit's message; -1 when none. */
+  get maxPhysicOffset(): number {
+    return this.#maxPhysicOffset;
+  }
+
+  /** Logical byte offset up to which the units are durable. */
+  get flushedWhere(): number {
+    return this.#queue.flushedWhere;
+  }
+
+  /** The files, oldest first (read-only view for tools and tests). */
+  get files(): readonly MappedFile[] {
+    return this.#queue.files;
+  }
+
+  /**
+   * Sets the first readable unit to the first one of the first file whose
+   * message is at or past `minCommitLogOffset` (RocketMQ's
+   * `correctMinOffset`). Padding units are skipped too: they point at no
+   * message. Unchanged when the first file has no such unit.
+   */
+  async correctMinOffset(minCommitLogOffset: number): Promise<void> {
+    const file = this.#queue.firstFile;
+    if (file === undefined) return;
+    const range = await file.selectRange(0, file.readPosition);
+    if (range === undefined) return;
+    try {
+      const view = new DataView(range.bytes.buffer, range.bytes.byteOffset, range.bytes.length);
+      for (let at = 0; at + CQ_UNIT_SIZE_BYTES <= view.byteLength; at += CQ_UNIT_SIZE_BYTES) {
+        const offset = readInt64(view, at);
+        const size = view.getInt32(at + CQ_UNIT_SIZE_POSITION);
+        if (offset >= minCommitLogOffset && !(offset === 0 && size === CQ_PAD_UNIT_SIZE)) {
+          this.#minLogicOffset = file.fileFromOffset + at;
+          return;
+        }
+      }
+    } finally {
+      range.release();
+    }
+  }
+
+  /**
+   * Drops the units whose message starts at or past `physicalOffset`
+   * (RocketMQ's `truncateDirtyLogicFiles`): the last file is cut after
+   * the last unit below it, emptied files are deleted, and the cut units
+   * are zeroed on disk.
+   */
+  async truncateDirtyLogicFiles(physicalOffset: number): Promise<void> {
+    if (!Number.isSafeInteger(physicalOffset) || physicalOffset < 0) {
+      throw new RangeError(`Offset ${physicalOffset} must be a non-negative integer`);
+    }
+    if (this.#readOnly) {
+      throw new MqStoreError("UNSUPPORTED", `Cannot truncate ${this.directory}: opened read-only`);
+    }
+    this.#maxPhysicOffset = physicalOffset;
+    // Bounded: each round deletes a file or ends.
+    for (let round = this.#queue.files.length; round > 0; round--) {
+      const file = this.#queue.lastFile;
+      if (file === undefined) break;
+      const validBytes = await this.#scanValid(file, file.readPosition, physicalOffset);
+      if (validBytes > 0) {
+        await this.#cutAt(file.fileFromOffset + validBytes);
+        break;
+      }
+      // RocketMQ drops a last file whose first unit is already too far.
+      await this.#queue.deleteLastFile();
+    }
+    const end = this.#queue.maxOffset;
+    if (this.#minLogicOffset > end) this.#minLogicOffset = end;
+  }
+
+  /**
+   * Flushes under the least-pages rule.
+   *
+   * @returns Whether the flushed offset moved.
+   */
+  flush(leastPages: number): Promise<boolean> {
+    return this.#queue.flush(leastPages);
+  }
+
+  /**
+   * Deletes the files whose units all point below `minCommitLogOffset`
+   * (never the last file), then corrects the min offset (RocketMQ's
+   * `deleteExpiredFile`).
+   *
+   * @returns How many files were deleted.
+   */
+  async deleteExpiredFile(minCommitLogOffset: number): Promise<number> {
+    const deleted = await this.#queue.deleteExpiredByOffset(
+      minCommitLogOffset,
+      CQ_UNIT_SIZE_BYTES,
+    );
+    await this.correctMinOffset(minCommitLogOffset);
+    return deleted;
+  }
+
+  /** Closes the files (flush first). Idempotent. */
+  close(): Promise<void> {
+    return this.#queue.close({ waitMs: 0 });
+  }
+
+  /** Deletes every file of the queue and closes it. */
+  async destroy(): Promise<void> {
+    await this.#queue.destroy();
+    this.#maxPhysicOffset = -1;
+    this.#minLogicOffset = 0;
+  }
+
+  /**
+   * Bytes of valid units at the start of `file` (up to `limit`): units
+   * with offset ≥ 0 and size > 0 and, when `belowOffset` ≥ 0, an offset
+   * below it. Updates {@link maxPhysicOffset} from the last valid unit.
+   */
+  async #scanValid(file: MappedFile, limit: number, belowOffset: number): Promise<number> {
+    const readable = limit - limit % CQ_UNIT_SIZE_BYTES;
+    if (readable === 0) return 0;
+    const range = await file.selectRange(0, readable);
+    assert(range !== undefined, `${file.path} is readable up to ${readable}`);
+    try {
+      const view = new DataView(range.bytes.buffer, range.bytes.byteOffset, readable);
+      let valid = 0;
+      for (let at = 0; at < readable; at += CQ_UNIT_SIZE_BYTES) {
+        const offset = readInt64(view, at);
+        const size = view.getInt32(at + CQ_UNIT_SIZE_POSITION);
+        if (offset < 0 || size <= 0) break;
+        if (belowOffset >= 0 && offset >= belowOffset) break;
+        valid = at + CQ_UNIT_SIZE_BYTES;
+        this.#maxPhysicOffset = offset + size;
+      }
+      return valid;
+    } finally {
+      range.release();
+    }
+  }
+
+  /**
+   * Ends the queue at logical byte offset `cut`: later files deleted, the
+   * file holding it trimmed, and its stale bytes past the cut zeroed.
+   */
+  async #cutAt(cut: number): Promise<void> {
+    const holder = this.#queue.findMappedFileByOffset(cut) ??
+      (cut === this.#queue.maxOffset ? this.#queue.lastFile : undefined);
+    let staleEnd = 0;
+    if (holder !== undefined) {
+      const position = cut - holder.fileFromOffset;
+      staleEnd = position + await nonZeroLength(holder, position, holder.readPosition);
+    }
+    await this.#queue.truncateDirtyFiles(cut);
+    if (holder === undefined || staleEnd <= cut - holder.fileFromOffset) return;
+    await holder.zeroRange(cut - holder.fileFromOffset, staleEnd);
+  }
+
+  async #fillPreBlank(file: MappedFile, untilWhere: number): Promise<void> {
+    const pad = new Uint8Array(CQ_UNIT_SIZE_BYTES);
+    new DataView(pad.buffer).setInt32(CQ_UNIT_SIZE_POSITION, CQ_PAD_UNIT_SIZE);
+    const until = untilWhere % this.fileSizeBytes;
+    for (let at = 0; at < until; at += CQ_UNIT_SIZE_BYTES) await this.#append(file, pad);
+  }
+
+  async #append(file: MappedFile, unit: Uint8Array): Promise<void> {
+    if (file.writeMode !== "window") {
+      this.#appendNow(file, unit);
+      return;
+    }
+    await file.ensureWritable(unit.length);
+    this.#appendNow(file, unit);
+    // Ports that cannot map show readers committed bytes only: commit at
+    // once so a unit is readable as soon as it is written, as through a mapping.
+    await file.commit(0);
+  }
+
+  #appendNow(file: MappedFile, unit: Uint8Array): void {
+    const appended = file.appendBytes(unit);
+    assert(appended, `a ${unit.length}-byte unit fits in ${file.path} at ${file.wrotePosition}`);
+  }
+}
+
+/**
+ * The directory of one consume queue under a store root.
+ *
+ * @example
+ * ```ts
+ * import { consumeQueueDirectory } from "./consume_queue.ts";
+ *
+ * consumeQueueDirectory("/store", "%RETRY%group", 3); // "/store/consumequeue/%RETRY%group/3"
+ * ```
+ */
+export function consumeQueueDirectory(
+  rootDirectory: string,
+  topic: string,
+  queueId: number,
+): string {
+  return `${rootDirectory}/${CONSUME_QUEUE_DIRECTORY_NAME}/${topic}/${queueId}`;
+}
+
+function checkUnit(
+  commitLogOffset: number,
+  size: number,
+  tagsCode: number,
+  queueOffset: number,
+): void {
+  if (!Number.isSafeInteger(commitLogOffset) || commitLogOffset < 0) {
+    throw new RangeError(`Commit-log offset ${commitLogOffset} must be a non-negative integer`);
+  }
+  if (!Number.isSafeInteger(size) || size <= 0 || size > CQ_PAD_UNIT_SIZE) {
+    throw new RangeError(`Size ${size} must be an integer in [1, ${CQ_PAD_UNIT_SIZE}]`);
+  }
+  if (!Number.isSafeInteger(tagsCode)) {
+    throw new RangeError(`tagsCode ${tagsCode} must be a safe integer`);
+  }
+  if (!Number.isSafeInteger(queueOffset) || queueOffset < 0) {
+    throw new RangeError(`Queue offset ${queueOffset} must be a non-negative integer`);
+  }
+}
+
+/**
+ * Length of `[position, end)` in `file` up to its last non-zero byte; 0
+ * when the range is all zeros (the usual tail of a file).
+ */
+async function nonZeroLength(file: MappedFile, position: number, end: number): Promise<number> {
+  if (end <= position) return 0;
+  const range = await file.selectRange(position, end - position);
+  if (range === undefined) return 0;
+  try {
+    const bytes = range.bytes;
+    for (let i = bytes.length - 1; i >= 0; i--) if (bytes[i] !== 0) return i + 1;
+    return 0;
+  } finally {
+    range.release();
+  }
+}

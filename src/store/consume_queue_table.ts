@@ -1,0 +1,232 @@
+/**
+ * Every consume queue of a store, by topic and queue id (RocketMQ's
+ * `consumeQueueTable`), loaded from `<root>/consumequeue/<topic>/<queueId>/`.
+ * Topic names may hold `%` and `|` (retry and long topics): they are
+ * directory names as they are.
+ *
+ * @module
+ */
+
+import { MqStoreError } from "../errors.ts";
+import type { RuntimePort } from "../runtime/port.ts";
+import type { Clock } from "../segment/clock.ts";
+import { CONSUME_QUEUE_DIRECTORY_NAME } from "./_consume_queue_constants.ts";
+import { ConsumeQueue } from "./consume_queue.ts";
+
+/** Options of {@link ConsumeQueueTable}. */
+export interface ConsumeQueueTableOptions {
+  /** The runtime port. */
+  port: RuntimePort;
+  /** The store root. */
+  rootDirectory: string;
+  /**
+   * Size of each consume-queue file; a whole number of 20-byte units.
+   *
+   * @default {6 000 000}
+   */
+  mappedFileSizeConsumeQueue?: number;
+  /**
+   * Open every queue read-only.
+   *
+   * @default {false}
+   */
+  readOnly?: boolean;
+  /**
+   * Create sparse files (tests only).
+   *
+   * @default {false}
+   */
+  sparse?: boolean;
+  /**
+   * Time source of the segment layer.
+   *
+   * @default {systemClock}
+   */
+  clock?: Clock;
+}
+
+/** A queue directory name: a decimal int32, as `Integer.parseInt` accepts it. */
+const QUEUE_ID_PATTERN = /^[0-9]{1,10}$/;
+
+/** Largest queue id (an int32). */
+const QUEUE_ID_MAX = 0x7FFF_FFFF;
+
+/**
+ * The consume queues of a store.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { ConsumeQueueTable } from "./consume_queue_table.ts";
+ *
+ * const port = new MemoryPort("deno");
+ * const table = new ConsumeQueueTable({ port, rootDirectory: "/store" });
+ * await table.load();
+ * await table.recover();
+ * const cq = await table.findOrCreate("Orders", 0);
+ * await cq.putUnit(0, 176, 0, 0);
+ * await table.flush(0);
+ * await table.close();
+ * ```
+ */
+export class ConsumeQueueTable {
+  /** `<root>/consumequeue`. */
+  readonly directory: string;
+  #options: ConsumeQueueTableOptions;
+  /** topic → queue id → queue. */
+  #table = new Map<string, Map<number, ConsumeQueue>>();
+  /** Queues being created, so two callers share one. */
+  #creating = new Map<string, Promise<ConsumeQueue>>();
+  #closed = false;
+
+  /** @param options Port, store root and queue settings. */
+  constructor(options: ConsumeQueueTableOptions) {
+    this.#options = options;
+    this.directory = `${options.rootDirectory}/${CONSUME_QUEUE_DIRECTORY_NAME}`;
+  }
+
+  /**
+   * Opens every queue directory under `consumequeue/` (RocketMQ's
+   * `loadConsumeQueue`); directories whose name is not a queue id are
+   * skipped, as RocketMQ does.
+   */
+  async load(): Promise<void> {
+    const port = this.#options.port;
+    const root = await port.stat(this.directory);
+    if (root === undefined) return;
+    if (!root.isDirectory) {
+      throw new MqStoreError("INVALID_FILE", `${this.directory} is not a directory`);
+    }
+    for (const topic of await port.list(this.directory)) {
+      const topicStat = await port.stat(`${this.directory}/${topic}`);
+      if (topicStat === undefined || !topicStat.isDirectory) continue;
+      for (const name of await port.list(`${this.directory}/${topic}`)) {
+        if (!QUEUE_ID_PATTERN.test(name) || Number(name) > QUEUE_ID_MAX) continue;
+        const queueStat = await port.stat(`${this.directory}/${topic}/${name}`);
+        if (queueStat === undefined || !queueStat.isDirectory) continue;
+        const queue = this.#newQueue(topic, Number(name));
+        await queue.load();
+        this.#put(queue);
+      }
+    }
+  }
+
+  /**
+   * Recovers every queue ({@link ConsumeQueue.recover}).
+   *
+   * @returns The largest end (offset + size) of a message referenced by a
+   *   unit, or -1 when no queue holds one.
+   */
+  async recover(): Promise<number> {
+    let maxPhysicOffset = -1;
+    for (const queue of this.queues()) {
+      maxPhysicOffset = Math.max(maxPhysicOffset, await queue.recover());
+    }
+    return maxPhysicOffset;
+  }
+
+  /** The queue of `topic`/`queueId`, if it exists. */
+  find(topic: string, queueId: number): ConsumeQueue | undefined {
+    return this.#table.get(topic)?.get(queueId);
+  }
+
+  /** The queue of `topic`/`queueId`, created (empty) when missing. */
+  findOrCreate(topic: string, queueId: number): Promise<ConsumeQueue> {
+    const found = this.find(topic, queueId);
+    if (found !== undefined) return Promise.resolve(found);
+    if (this.#closed) {
+      return Promise.reject(
+        new MqStoreError("CLOSED", `Cannot create consume queue ${topic}/${queueId}: closed`),
+      );
+    }
+    const key = `${queueId}/${topic}`;
+    const pending = this.#creating.get(key);
+    if (pending !== undefined) return pending;
+    const creating = (async () => {
+      const queue = this.#newQueue(topic, queueId);
+      await queue.load();
+      this.#put(queue);
+      return queue;
+    })();
+    this.#creating.set(key, creating);
+    return creating.finally(() => this.#creating.delete(key));
+  }
+
+  /** Every queue, topic by topic. */
+  *queues(): IterableIterator<ConsumeQueue> {
+    for (const byId of this.#table.values()) yield* byId.values();
+  }
+
+  /** Number of queues. */
+  get size(): number {
+    let count = 0;
+    for (const byId of this.#table.values()) count += byId.size;
+    return count;
+  }
+
+  /**
+   * Flushes every queue under the least-pages rule.
+   *
+   * @returns Whether any queue's flushed offset moved.
+   */
+  async flush(leastPages: number): Promise<boolean> {
+    let moved = false;
+    for (const queue of this.queues()) moved = await queue.flush(leastPages) || moved;
+    return moved;
+  }
+
+  /** {@link ConsumeQueue.truncateDirtyLogicFiles} on every queue. */
+  async truncateDirtyLogicFiles(physicalOffset: number): Promise<void> {
+    for (const queue of this.queues()) await queue.truncateDirtyLogicFiles(physicalOffset);
+  }
+
+  /** {@link ConsumeQueue.correctMinOffset} on every queue. */
+  async correctMinOffset(minCommitLogOffset: number): Promise<void> {
+    for (const queue of this.queues()) await queue.correctMinOffset(minCommitLogOffset);
+  }
+
+  /**
+   * {@link ConsumeQueue.deleteExpiredFile} on every queue.
+   *
+   * @returns How many files were deleted.
+   */
+  async deleteExpiredFiles(minCommitLogOffset: number): Promise<number> {
+    let deleted = 0;
+    for (const queue of this.queues()) deleted += await queue.deleteExpiredFile(minCommitLogOffset);
+    return deleted;
+  }
+
+  /** Closes every queue (flush first). Idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await Promise.allSettled(this.#creating.values());
+    const results = await Promise.allSettled([...this.queues()].map((queue) => queue.close()));
+    this.#table.clear();
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed !== undefined) throw failed.reason;
+  }
+
+  #newQueue(topic: string, queueId: number): ConsumeQueue {
+    const options = this.#options;
+    return new ConsumeQueue({
+      port: options.port,
+      rootDirectory: options.rootDirectory,
+      topic,
+      queueId,
+      mappedFileSizeConsumeQueue: options.mappedFileSizeConsumeQueue,
+      readOnly: options.readOnly,
+      sparse: options.sparse,
+      clock: options.clock,
+    });
+  }
+
+  #put(queue: ConsumeQueue): void {
+    let byId = this.#table.get(queue.topic);
+    if (byId === undefined) {
+      byId = new Map();
+      this.#table.set(queue.topic, byId);
+    }
+    byId.set(queue.queueId, queue);
+  }
+}

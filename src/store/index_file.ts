@@ -1,0 +1,567 @@
+/**
+ * One index file: a fixed-size hash table from message keys to commit-log
+ * offsets (RocketMQ's `IndexFile`). See `_index_file_constants.ts` for the
+ * byte layout.
+ *
+ * ```
+ * | header 40 B | hashSlotNum × int32 slot | indexNum × 20 B entry |
+ *                 slot[h % hashSlotNum] = newest entry number of hash h's chain
+ *                 entry = keyHash | phyOffset | timeDiffSec | prevIndex
+ * ```
+ *
+ * Entries are numbered from 1 (`indexCount` starts at 1, entry 0 stays
+ * zero); each new entry becomes the head of its slot's chain and links to
+ * the previous head. The file is full when `indexCount` reaches
+ * `indexNum`, so it holds `indexNum − 1` entries, as in RocketMQ.
+ *
+ * Lookups compare key hashes only, never the key text: a query returns
+ * every offset whose key hashes like the asked key (RocketMQ does the
+ * same); the caller decodes the messages and filters.
+ *
+ * Where the port can map files the table is the mapping; elsewhere (the
+ * portable adapter) it is a copy of the whole file in memory, written back
+ * on {@link IndexFile.flush}.
+ *
+ * @module
+ */
+
+import { assert } from "../assert.ts";
+import { MqStoreError } from "../errors.ts";
+import { javaHashCode } from "../record/mod.ts";
+import type { FileHandle, Mapping, RuntimePort } from "../runtime/port.ts";
+import { readInt64, writeInt64 } from "./_consume_queue_int64.ts";
+import {
+  ENTRY_KEY_HASH_POSITION,
+  ENTRY_PHY_OFFSET_POSITION,
+  ENTRY_PREV_INDEX_POSITION,
+  ENTRY_TIME_DIFF_POSITION,
+  HASH_SLOT_SIZE_BYTES,
+  HEADER_BEGIN_PHY_OFFSET_POSITION,
+  HEADER_BEGIN_TIMESTAMP_POSITION,
+  HEADER_END_PHY_OFFSET_POSITION,
+  HEADER_END_TIMESTAMP_POSITION,
+  HEADER_HASH_SLOT_COUNT_POSITION,
+  HEADER_INDEX_COUNT_POSITION,
+  INDEX_ENTRY_SIZE_BYTES,
+  INDEX_HEADER_SIZE_BYTES,
+  INT32_MAX,
+  INVALID_INDEX,
+} from "./_index_file_constants.ts";
+
+/** Options shared by {@link IndexFile.create} and {@link IndexFile.open}. */
+export interface IndexFileOptions {
+  /** The runtime port. */
+  port: RuntimePort;
+  /** Path of the file. */
+  path: string;
+  /** Number of hash slots (`maxHashSlotNum`). */
+  hashSlotNum: number;
+  /** Number of entries, entry 0 included (`maxIndexNum`). */
+  indexNum: number;
+}
+
+/** Options of {@link IndexFile.create}. */
+export interface CreateIndexFileOptions extends IndexFileOptions {
+  /**
+   * endPhyOffset of the previous file: the new file's begin and end until
+   * its first entry (RocketMQ passes it on a roll).
+   *
+   * @default {0}
+   */
+  endPhyOffset?: number;
+  /**
+   * endTimestamp of the previous file: the base of the first entry's
+   * timeDiffSec, as in RocketMQ.
+   *
+   * @default {0}
+   */
+  endTimestamp?: number;
+  /**
+   * Create a sparse file (tests only).
+   *
+   * @default {false}
+   */
+  sparse?: boolean;
+}
+
+/** Options of {@link IndexFile.open}. */
+export interface OpenIndexFileOptions extends IndexFileOptions {
+  /**
+   * Open without write access.
+   *
+   * @default {false}
+   */
+  readOnly?: boolean;
+}
+
+/** One decoded index entry. */
+export interface IndexEntry {
+  /** Hash of `topic#key` ({@link indexKeyHash}). */
+  keyHash: number;
+  /** Commit-log offset of the message. */
+  phyOffset: number;
+  /** Seconds from the file's beginTimestamp to the message's storeTimestamp. */
+  timeDiffSec: number;
+  /** Previous entry of the same slot, 0 = none. */
+  prevIndex: number;
+}
+
+/**
+ * The hash RocketMQ indexes a key under: `abs(String.hashCode(key))`, 0
+ * when that is still negative (`Integer.MIN_VALUE`).
+ *
+ * @example
+ * ```ts
+ * import { indexKeyHash } from "./index_file.ts";
+ *
+ * indexKeyHash("TopicTest#bulk-key"); // 842971942
+ * ```
+ *
+ * @param key The full index key, `topic#key`.
+ * @returns A non-negative int32.
+ */
+export function indexKeyHash(key: string): number {
+  const hash = Math.abs(javaHashCode(key));
+  // Math.abs of -2^31 is 2^31 in JS; Java's stays -2^31, which RocketMQ maps to 0.
+  return hash > INT32_MAX ? 0 : hash;
+}
+
+/**
+ * Size of an index file for the given slot and entry counts.
+ *
+ * @example
+ * ```ts
+ * import { indexFileSizeBytes } from "./index_file.ts";
+ *
+ * indexFileSizeBytes(64, 256); // 5416
+ * ```
+ */
+export function indexFileSizeBytes(hashSlotNum: number, indexNum: number): number {
+  return INDEX_HEADER_SIZE_BYTES + hashSlotNum * HASH_SLOT_SIZE_BYTES +
+    indexNum * INDEX_ENTRY_SIZE_BYTES;
+}
+
+/**
+ * An index file.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { IndexFile } from "./index_file.ts";
+ *
+ * const port = new MemoryPort("deno");
+ * await port.makeDirectory("/store/index");
+ * const file = await IndexFile.create({
+ *   port, path: "/store/index/20261129121453504", hashSlotNum: 64, indexNum: 256,
+ * });
+ * file.putKey("Orders#order-1", 0, 1795954493497);
+ * const offsets: number[] = [];
+ * file.selectPhyOffset(offsets, "Orders#order-1", 64, 0, Number.MAX_SAFE_INTEGER);
+ * console.log(offsets); // [0]
+ * await file.flush();
+ * await file.close();
+ * ```
+ */
+export class IndexFile {
+  /** Path of the file. */
+  readonly path: string;
+  /** Number of hash slots. */
+  readonly hashSlotNum: number;
+  /** Number of entries, entry 0 included. */
+  readonly indexNum: number;
+  /** Size of the file. */
+  readonly fileSizeBytes: number;
+
+  #port: RuntimePort;
+  #handle: FileHandle;
+  /** The mapping, on ports that map; undefined for an in-memory copy. */
+  #mapping: Mapping | undefined;
+  /** The whole file: the mapping's view, or an in-memory copy. */
+  #bytes: Uint8Array;
+  #view: DataView;
+  #readOnly: boolean;
+  /** Changed byte range not yet durable (`dirtyStart >= dirtyEnd`: none). */
+  #dirtyStart = Number.POSITIVE_INFINITY;
+  #dirtyEnd = 0;
+  #closed = false;
+  // The header, mirrored in memory (RocketMQ's IndexHeader).
+  #beginTimestamp = 0;
+  #endTimestamp = 0;
+  #beginPhyOffset = 0;
+  #endPhyOffset = 0;
+  #hashSlotCount = 0;
+  #indexCount = 1;
+
+  private constructor(
+    options: IndexFileOptions,
+    handle: FileHandle,
+    mapping: Mapping | undefined,
+    bytes: Uint8Array,
+    readOnly: boolean,
+  ) {
+    this.path = options.path;
+    this.hashSlotNum = options.hashSlotNum;
+    this.indexNum = options.indexNum;
+    this.fileSizeBytes = bytes.length;
+    this.#port = options.port;
+    this.#handle = handle;
+    this.#mapping = mapping;
+    this.#bytes = bytes;
+    this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+    this.#readOnly = readOnly;
+  }
+
+  /**
+   * Creates a new, empty index file (allocated up front unless `sparse`).
+   *
+   * @throws {MqStoreError} `ALREADY_EXISTS` when the file exists.
+   */
+  static async create(options: CreateIndexFileOptions): Promise<IndexFile> {
+    const size = checkedFileSize(options);
+    const handle = await options.port.createFile(options.path, size, { sparse: options.sparse });
+    const file = await IndexFile.#attach(options, handle, false);
+    // A full file is made durable on a roll; its name must be durable too.
+    await options.port.syncDirectory(options.path.slice(0, options.path.lastIndexOf("/")));
+    const endPhyOffset = options.endPhyOffset ?? 0;
+    const endTimestamp = options.endTimestamp ?? 0;
+    if (endPhyOffset > 0) {
+      file.#beginPhyOffset = endPhyOffset;
+      file.#endPhyOffset = endPhyOffset;
+    }
+    if (endTimestamp > 0) {
+      file.#beginTimestamp = endTimestamp;
+      file.#endTimestamp = endTimestamp;
+    }
+    file.#writeHeader();
+    return file;
+  }
+
+  /**
+   * Opens an existing index file and loads its header.
+   *
+   * @throws {MqStoreError} `INVALID_FILE` when its size does not match
+   *   `hashSlotNum`/`indexNum` (RocketMQ would remap it to another size).
+   */
+  static async open(options: OpenIndexFileOptions): Promise<IndexFile> {
+    const size = checkedFileSize(options);
+    const readOnly = options.readOnly === true;
+    const handle = await options.port.openFile(options.path, { readOnly });
+    if (handle.sizeBytes !== size) {
+      await handle.close();
+      throw new MqStoreError(
+        "INVALID_FILE",
+        `Index file ${options.path} is ${handle.sizeBytes} bytes; ${options.hashSlotNum} slots and ${options.indexNum} entries make ${size}`,
+      );
+    }
+    const file = await IndexFile.#attach(options, handle, readOnly);
+    file.#loadHeader();
+    return file;
+  }
+
+  static async #attach(
+    options: IndexFileOptions,
+    handle: FileHandle,
+    readOnly: boolean,
+  ): Promise<IndexFile> {
+    try {
+      const size = handle.sizeBytes;
+      if (options.port.canMap) {
+        const mapping = await handle.map(0, size);
+        return new IndexFile(options, handle, mapping, mapping.bytes.subarray(0, size), readOnly);
+      }
+      const bytes = new Uint8Array(size);
+      const read = await handle.read(bytes, 0);
+      assert(read === size, `read ${read} of ${size} bytes of ${options.path}`);
+      return new IndexFile(options, handle, undefined, bytes, readOnly);
+    } catch (error) {
+      await handle.close();
+      throw error;
+    }
+  }
+
+  /** The file name (creation time `yyyyMMddHHmmssSSS`). */
+  get fileName(): string {
+    return this.path.slice(this.path.lastIndexOf("/") + 1);
+  }
+
+  /** storeTimestamp of the first entry (or the previous file's end before one). */
+  get beginTimestamp(): number {
+    return this.#beginTimestamp;
+  }
+
+  /** storeTimestamp of the last entry. */
+  get endTimestamp(): number {
+    return this.#endTimestamp;
+  }
+
+  /** Commit-log offset of the first entry. */
+  get beginPhyOffset(): number {
+    return this.#beginPhyOffset;
+  }
+
+  /** Commit-log offset of the last entry. */
+  get endPhyOffset(): number {
+    return this.#endPhyOffset;
+  }
+
+  /** Entries that found their slot empty. */
+  get hashSlotCount(): number {
+    return this.#hashSlotCount;
+  }
+
+  /** Number of the next entry (entries are 1..indexCount-1). */
+  get indexCount(): number {
+    return this.#indexCount;
+  }
+
+  /** Whether no entry fits any more. */
+  get isWriteFull(): boolean {
+    return this.#indexCount >= this.indexNum;
+  }
+
+  /** Whether changes are not yet durable. */
+  get isDirty(): boolean {
+    return this.#dirtyStart < this.#dirtyEnd;
+  }
+
+  /**
+   * Adds an entry for `key` (RocketMQ's `putKey`): links it to its slot's
+   * chain and makes it the slot's head; the header's end fields follow.
+   * A slot value that is not a current entry number counts as empty.
+   *
+   * @param key The full key, `topic#key`.
+   * @param phyOffset The message's commit-log offset.
+   * @param storeTimestamp The message's storeTimestamp.
+   * @returns False, writing nothing, when the file is full.
+   */
+  putKey(key: string, phyOffset: number, storeTimestamp: number): boolean {
+    this.#checkWritable();
+    if (!Number.isSafeInteger(phyOffset) || phyOffset < 0) {
+      throw new RangeError(`Commit-log offset ${phyOffset} must be a non-negative integer`);
+    }
+    if (!Number.isSafeInteger(storeTimestamp)) {
+      throw new RangeError(`storeTimestamp ${storeTimestamp} must be an integer`);
+    }
+    if (this.isWriteFull) return false;
+    const keyHash = indexKeyHash(key);
+    const slotPosition = this.#slotPosition(keyHash);
+    let slotValue = this.#view.getInt32(slotPosition);
+    if (slotValue <= INVALID_INDEX || slotValue > this.#indexCount) slotValue = INVALID_INDEX;
+
+    let timeDiffSec = Math.trunc((storeTimestamp - this.#beginTimestamp) / 1000);
+    if (this.#beginTimestamp <= 0) timeDiffSec = 0;
+    else if (timeDiffSec > INT32_MAX) timeDiffSec = INT32_MAX;
+    else if (timeDiffSec < 0) timeDiffSec = 0;
+
+    const entry = this.#entryPosition(this.#indexCount);
+    const view = this.#view;
+    view.setInt32(entry + ENTRY_KEY_HASH_POSITION, keyHash);
+    writeInt64(view, entry + ENTRY_PHY_OFFSET_POSITION, phyOffset);
+    view.setInt32(entry + ENTRY_TIME_DIFF_POSITION, timeDiffSec);
+    view.setInt32(entry + ENTRY_PREV_INDEX_POSITION, slotValue);
+    view.setInt32(slotPosition, this.#indexCount);
+    this.#markDirty(slotPosition, slotPosition + HASH_SLOT_SIZE_BYTES);
+    this.#markDirty(entry, entry + INDEX_ENTRY_SIZE_BYTES);
+
+    if (this.#indexCount <= 1) {
+      this.#beginPhyOffset = phyOffset;
+      this.#beginTimestamp = storeTimestamp;
+    }
+    if (slotValue === INVALID_INDEX) this.#hashSlotCount++;
+    this.#indexCount++;
+    this.#endPhyOffset = phyOffset;
+    this.#endTimestamp = storeTimestamp;
+    this.#writeHeader();
+    return true;
+  }
+
+  /**
+   * Whether the file's time span meets `[begin, end]` (RocketMQ's
+   * `isTimeMatched`).
+   */
+  isTimeMatched(begin: number, end: number): boolean {
+    const fileBegin = this.#beginTimestamp;
+    const fileEnd = this.#endTimestamp;
+    return (begin < fileBegin && end > fileEnd) ||
+      (begin >= fileBegin && begin <= fileEnd) ||
+      (end >= fileBegin && end <= fileEnd);
+  }
+
+  /**
+   * Appends to `phyOffsets` the offsets of the entries whose key hash is
+   * `key`'s and whose time (second precision) lies in `[begin, end]`,
+   * newest first, until `phyOffsets` holds `maxNum` (RocketMQ's
+   * `selectPhyOffset`). The walk stops at a link that is not a current
+   * entry number, a self link, a negative time, or an entry older than
+   * `begin`; it visits at most `indexCount` entries even in a corrupted
+   * file.
+   *
+   * @param phyOffsets Receives the offsets.
+   * @param key The full key, `topic#key`.
+   * @param maxNum Stop when `phyOffsets` holds this many.
+   * @param begin Earliest storeTimestamp, ms.
+   * @param end Latest storeTimestamp, ms.
+   */
+  selectPhyOffset(
+    phyOffsets: number[],
+    key: string,
+    maxNum: number,
+    begin: number,
+    end: number,
+  ): void {
+    this.#checkOpen();
+    const keyHash = indexKeyHash(key);
+    const slotValue = this.#view.getInt32(this.#slotPosition(keyHash));
+    const indexCount = this.#indexCount;
+    if (slotValue <= INVALID_INDEX || slotValue > indexCount || indexCount <= 1) return;
+    let next = slotValue;
+    for (let visited = 0; visited < indexCount; visited++) {
+      if (phyOffsets.length >= maxNum) return;
+      const entry = this.#entryPosition(next);
+      const keyHashRead = this.#view.getInt32(entry + ENTRY_KEY_HASH_POSITION);
+      const phyOffsetRead = readInt64(this.#view, entry + ENTRY_PHY_OFFSET_POSITION);
+      const timeDiffSec = this.#view.getInt32(entry + ENTRY_TIME_DIFF_POSITION);
+      const prevIndexRead = this.#view.getInt32(entry + ENTRY_PREV_INDEX_POSITION);
+      if (timeDiffSec < 0) return;
+      const timeRead = this.#beginTimestamp + timeDiffSec * 1000;
+      if (keyHash === keyHashRead && timeRead >= begin && timeRead <= end) {
+        phyOffsets.push(phyOffsetRead);
+      }
+      if (
+        prevIndexRead <= INVALID_INDEX || prevIndexRead > indexCount || prevIndexRead === next ||
+        timeRead < begin
+      ) {
+        return;
+      }
+      next = prevIndexRead;
+    }
+  }
+
+  /** Entry number `entryNo` (1 ≤ entryNo < indexCount), decoded. */
+  entryAt(entryNo: number): IndexEntry {
+    this.#checkOpen();
+    if (!Number.isInteger(entryNo) || entryNo < 1 || entryNo >= this.#indexCount) {
+      throw new RangeError(`Entry ${entryNo} is outside [1, ${this.#indexCount}) of ${this.path}`);
+    }
+    const entry = this.#entryPosition(entryNo);
+    return {
+      keyHash: this.#view.getInt32(entry + ENTRY_KEY_HASH_POSITION),
+      phyOffset: readInt64(this.#view, entry + ENTRY_PHY_OFFSET_POSITION),
+      timeDiffSec: this.#view.getInt32(entry + ENTRY_TIME_DIFF_POSITION),
+      prevIndex: this.#view.getInt32(entry + ENTRY_PREV_INDEX_POSITION),
+    };
+  }
+
+  /** The value of hash slot `slot` (0 ≤ slot < hashSlotNum). */
+  slotAt(slot: number): number {
+    this.#checkOpen();
+    if (!Number.isInteger(slot) || slot < 0 || slot >= this.hashSlotNum) {
+      throw new RangeError(`Slot ${slot} is outside [0, ${this.hashSlotNum}) of ${this.path}`);
+    }
+    return this.#view.getInt32(INDEX_HEADER_SIZE_BYTES + slot * HASH_SLOT_SIZE_BYTES);
+  }
+
+  /** Makes every change durable (msync, or write-back and fdatasync). */
+  async flush(): Promise<void> {
+    this.#checkOpen();
+    if (!this.isDirty) return;
+    const start = this.#dirtyStart;
+    const end = this.#dirtyEnd;
+    this.#dirtyStart = Number.POSITIVE_INFINITY;
+    this.#dirtyEnd = 0;
+    try {
+      if (this.#mapping !== undefined) {
+        const page = this.#port.pageSizeBytes;
+        const from = start - start % page;
+        await this.#mapping.sync(from, end - from);
+      } else {
+        await this.#handle.write(this.#bytes.subarray(start, end), start);
+        await this.#handle.datasync();
+      }
+    } catch (error) {
+      // Still dirty: a later flush retries the whole range.
+      this.#markDirty(start, end);
+      throw error;
+    }
+  }
+
+  /** Unmaps and closes the file (flush first). Idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#mapping?.unmap();
+    await this.#handle.close();
+  }
+
+  /** Closes and removes the file. */
+  async destroy(): Promise<void> {
+    await this.close();
+    await this.#port.remove(this.path);
+  }
+
+  #slotPosition(keyHash: number): number {
+    return INDEX_HEADER_SIZE_BYTES + (keyHash % this.hashSlotNum) * HASH_SLOT_SIZE_BYTES;
+  }
+
+  #entryPosition(entryNo: number): number {
+    return INDEX_HEADER_SIZE_BYTES + this.hashSlotNum * HASH_SLOT_SIZE_BYTES +
+      entryNo * INDEX_ENTRY_SIZE_BYTES;
+  }
+
+  #loadHeader(): void {
+    const view = this.#view;
+    this.#beginTimestamp = readInt64(view, HEADER_BEGIN_TIMESTAMP_POSITION);
+    this.#endTimestamp = readInt64(view, HEADER_END_TIMESTAMP_POSITION);
+    this.#beginPhyOffset = readInt64(view, HEADER_BEGIN_PHY_OFFSET_POSITION);
+    this.#endPhyOffset = readInt64(view, HEADER_END_PHY_OFFSET_POSITION);
+    this.#hashSlotCount = view.getInt32(HEADER_HASH_SLOT_COUNT_POSITION);
+    const indexCount = view.getInt32(HEADER_INDEX_COUNT_POSITION);
+    // A file created but never flushed has 0 here; RocketMQ reads it as 1.
+    // A count past indexNum would index outside the file: clamp it.
+    this.#indexCount = Math.min(Math.max(indexCount, 1), this.indexNum);
+  }
+
+  #writeHeader(): void {
+    const view = this.#view;
+    writeInt64(view, HEADER_BEGIN_TIMESTAMP_POSITION, this.#beginTimestamp);
+    writeInt64(view, HEADER_END_TIMESTAMP_POSITION, this.#endTimestamp);
+    writeInt64(view, HEADER_BEGIN_PHY_OFFSET_POSITION, this.#beginPhyOffset);
+    writeInt64(view, HEADER_END_PHY_OFFSET_POSITION, this.#endPhyOffset);
+    view.setInt32(HEADER_HASH_SLOT_COUNT_POSITION, this.#hashSlotCount);
+    view.setInt32(HEADER_INDEX_COUNT_POSITION, this.#indexCount);
+    this.#markDirty(0, INDEX_HEADER_SIZE_BYTES);
+  }
+
+  #markDirty(start: number, end: number): void {
+    if (start < this.#dirtyStart) this.#dirtyStart = start;
+    if (end > this.#dirtyEnd) this.#dirtyEnd = end;
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw new MqStoreError("CLOSED", `Index file ${this.path} is closed`);
+  }
+
+  #checkWritable(): void {
+    this.#checkOpen();
+    if (this.#readOnly) {
+      throw new MqStoreError("UNSUPPORTED", `Cannot add to index file ${this.path}: read-only`);
+    }
+  }
+}
+
+function checkedFileSize(options: IndexFileOptions): number {
+  const { hashSlotNum, indexNum } = options;
+  if (!Number.isSafeInteger(hashSlotNum) || hashSlotNum <= 0) {
+    throw new RangeError(`maxHashSlotNum ${hashSlotNum} must be a positive integer`);
+  }
+  if (!Number.isSafeInteger(indexNum) || indexNum <= 1) {
+    throw new RangeError(`maxIndexNum ${indexNum} must be an integer above 1 (entry 0 is unused)`);
+  }
+  const size = indexFileSizeBytes(hashSlotNum, indexNum);
+  if (size > INT32_MAX) {
+    throw new RangeError(
+      `An index file of ${hashSlotNum} slots and ${indexNum} entries is ${size} bytes; at most ${INT32_MAX}`,
+    );
+  }
+  return size;
+}

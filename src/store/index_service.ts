@@ -1,0 +1,386 @@
+/**
+ * The key index of a store: a list of {@link IndexFile}s under
+ * `<root>/index/`, oldest first, the last one written (RocketMQ's
+ * `IndexService`).
+ *
+ * ```
+ * index/20261129121453504   full (indexNum − 1 entries)
+ *       20261129121453635   full
+ *       20261129121453728   ← written; a new file is created when it is full
+ * ```
+ *
+ * {@link IndexService.buildIndex} adds a message's keys (UNIQ_KEY and each
+ * KEYS token, as `indexKeysOf` in `src/record` lists them) under
+ * `topic#key`; {@link IndexService.queryOffset} walks the files newest
+ * first. Queries match key hashes, not key text (as RocketMQ): callers
+ * decode the messages and keep those whose key really matches.
+ *
+ * @module
+ */
+
+import { assert } from "../assert.ts";
+import { MqStoreError } from "../errors.ts";
+import type { RuntimePort } from "../runtime/port.ts";
+import { type Clock, systemClock } from "../segment/clock.ts";
+import {
+  INDEX_DIRECTORY_NAME,
+  INDEX_FILE_NAME_PATTERN,
+  MAX_HASH_SLOT_NUM_DEFAULT,
+  MAX_INDEX_NUM_DEFAULT,
+  MAX_MSGS_NUM_BATCH_DEFAULT,
+} from "./_index_file_constants.ts";
+import { nextIndexFileName } from "./_index_file_name.ts";
+import { IndexFile } from "./index_file.ts";
+
+/** Options of {@link IndexService}. */
+export interface IndexServiceOptions {
+  /** The runtime port. */
+  port: RuntimePort;
+  /** The store root (files go to `<root>/index/`). */
+  rootDirectory: string;
+  /**
+   * Hash slots per file.
+   *
+   * @default {5 000 000}
+   */
+  maxHashSlotNum?: number;
+  /**
+   * Entries per file, entry 0 included.
+   *
+   * @default {20 000 000}
+   */
+  maxIndexNum?: number;
+  /**
+   * Most offsets one query returns (`maxMsgsNumBatch`).
+   *
+   * @default {64}
+   */
+  maxMsgsNumBatch?: number;
+  /**
+   * Time source of new file names.
+   *
+   * @default {systemClock}
+   */
+  clock?: Pick<Clock, "nowMs">;
+  /**
+   * Open the files read-only; nothing is created, written or deleted.
+   *
+   * @default {false}
+   */
+  readOnly?: boolean;
+  /**
+   * Create sparse files (tests only).
+   *
+   * @default {false}
+   */
+  sparse?: boolean;
+}
+
+/** What {@link IndexService.buildIndex} indexes for one message. */
+export interface IndexRequest {
+  /** The topic the keys are indexed under. */
+  topic: string;
+  /** The message's commit-log offset. */
+  commitLogOffset: number;
+  /** The message's storeTimestamp. */
+  storeTimestamp: number;
+  /** Its keys, without the `topic#` prefix (`indexKeysOf`; none for ROLLBACK). */
+  keys: readonly string[];
+}
+
+/** What {@link IndexService.queryOffset} returns (RocketMQ's `QueryOffsetResult`). */
+export interface QueryOffsetResult {
+  /** Offsets of messages whose key hash matches, newest first. */
+  phyOffsets: number[];
+  /** endTimestamp of the last file (0 without files). */
+  indexLastUpdateTimestamp: number;
+  /** endPhyOffset of the last file (0 without files). */
+  indexLastUpdatePhyoffset: number;
+}
+
+/**
+ * The index files of a store.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { IndexService } from "./index_service.ts";
+ *
+ * const port = new MemoryPort("deno");
+ * const index = new IndexService({ port, rootDirectory: "/store", maxHashSlotNum: 64, maxIndexNum: 256 });
+ * await index.load(true, 0);
+ * await index.buildIndex({ topic: "Orders", commitLogOffset: 0, storeTimestamp: Date.now(), keys: ["order-1"] });
+ * console.log(index.queryOffset("Orders", "order-1", 64, 0, Number.MAX_SAFE_INTEGER).phyOffsets); // [0]
+ * await index.close();
+ * ```
+ */
+export class IndexService {
+  /** `<root>/index`. */
+  readonly directory: string;
+  /** Hash slots per file. */
+  readonly hashSlotNum: number;
+  /** Entries per file, entry 0 included. */
+  readonly indexNum: number;
+
+  #port: RuntimePort;
+  #maxMsgsNumBatch: number;
+  #clock: Pick<Clock, "nowMs">;
+  #readOnly: boolean;
+  #sparse: boolean;
+  /** The files, oldest first; the last one is written. */
+  #files: IndexFile[] = [];
+  /**
+   * endTimestamp of the newest full file made durable: every key of a
+   * message stored at or before it is in a durable file (what RocketMQ
+   * writes to the checkpoint's indexMsgTimestamp on a roll).
+   */
+  #indexMsgTimestamp = 0;
+  /** A build is in progress (builds are sequential, in dispatch order). */
+  #building = false;
+  /** A file creation in progress. */
+  #creating: Promise<IndexFile> | undefined;
+  #closed = false;
+
+  /** @param options Port, store root and table sizes. */
+  constructor(options: IndexServiceOptions) {
+    this.directory = `${options.rootDirectory}/${INDEX_DIRECTORY_NAME}`;
+    this.hashSlotNum = options.maxHashSlotNum ?? MAX_HASH_SLOT_NUM_DEFAULT;
+    this.indexNum = options.maxIndexNum ?? MAX_INDEX_NUM_DEFAULT;
+    this.#maxMsgsNumBatch = options.maxMsgsNumBatch ?? MAX_MSGS_NUM_BATCH_DEFAULT;
+    if (!Number.isSafeInteger(this.#maxMsgsNumBatch) || this.#maxMsgsNumBatch <= 0) {
+      throw new RangeError(`maxMsgsNumBatch ${this.#maxMsgsNumBatch} must be a positive integer`);
+    }
+    this.#port = options.port;
+    this.#clock = options.clock ?? systemClock;
+    this.#readOnly = options.readOnly === true;
+    this.#sparse = options.sparse === true;
+  }
+
+  /**
+   * Opens the index files in name order (RocketMQ's `load`). After an
+   * unclean exit (`lastExitOK` false), files whose endTimestamp is newer
+   * than the checkpoint's `indexMsgTimestamp` are deleted (left out when
+   * read-only): recovery re-dispatches their messages.
+   *
+   * @throws {MqStoreError} `INVALID_FILE` for a file of another size.
+   */
+  async load(lastExitOK: boolean, indexMsgTimestamp: number): Promise<void> {
+    this.#checkOpen();
+    if (this.#files.length > 0) {
+      throw new MqStoreError("UNSUPPORTED", "The index is loaded already");
+    }
+    if (!this.#readOnly) await this.#port.makeDirectory(this.directory);
+    if (await this.#port.stat(this.directory) === undefined) return;
+    const names = (await this.#port.list(this.directory))
+      .filter((name) => INDEX_FILE_NAME_PATTERN.test(name))
+      .sort();
+    try {
+      for (const name of names) {
+        const file = await IndexFile.open({
+          port: this.#port,
+          path: `${this.directory}/${name}`,
+          hashSlotNum: this.hashSlotNum,
+          indexNum: this.indexNum,
+          readOnly: this.#readOnly,
+        });
+        if (!lastExitOK && file.endTimestamp > indexMsgTimestamp) {
+          if (this.#readOnly) await file.close();
+          else await file.destroy();
+          continue;
+        }
+        this.#files.push(file);
+      }
+    } catch (error) {
+      await this.#closeFiles();
+      throw error;
+    }
+    this.#indexMsgTimestamp = indexMsgTimestamp;
+  }
+
+  /** The files, oldest first. */
+  get files(): readonly IndexFile[] {
+    return this.#files;
+  }
+
+  /** See the field: the checkpoint's indexMsgTimestamp to write. */
+  get indexMsgTimestamp(): number {
+    return this.#indexMsgTimestamp;
+  }
+
+  /**
+   * Indexes one message's keys (RocketMQ's `buildIndex`): skipped when its
+   * offset is below the last file's endPhyOffset (already indexed); each
+   * key goes to the last file, a new file being created when it is full.
+   * The message at exactly endPhyOffset is indexed again, as RocketMQ does
+   * on re-dispatch. One build at a time: await each before the next, so
+   * keys go in dispatch order.
+   */
+  async buildIndex(request: IndexRequest): Promise<void> {
+    if (request.keys.length === 0) return;
+    assert(!this.#building, `index builds in ${this.directory} do not overlap: await each one`);
+    this.#building = true;
+    try {
+      await this.#build(request);
+    } finally {
+      this.#building = false;
+    }
+  }
+
+  async #build(request: IndexRequest): Promise<void> {
+    const last = this.#files[this.#files.length - 1];
+    // The usual case, a last file with room, takes no await.
+    let file = last !== undefined && !last.isWriteFull && !this.#readOnly && !this.#closed
+      ? last
+      : await this.#lastWritableFile();
+    if (request.commitLogOffset < file.endPhyOffset) return;
+    for (const key of request.keys) {
+      if (key.length === 0) continue;
+      const fullKey = `${request.topic}#${key}`;
+      // Bounded: a new file always has room.
+      for (
+        let attempt = 0;
+        !file.putKey(fullKey, request.commitLogOffset, request.storeTimestamp);
+      ) {
+        if (++attempt > 1) {
+          throw new MqStoreError(
+            "IO_ERROR",
+            `Index file ${file.path} refused a key right after its creation`,
+          );
+        }
+        file = await this.#lastWritableFile();
+      }
+    }
+  }
+
+  /**
+   * Offsets of messages indexed under `topic#key` whose storeTimestamp (to
+   * the second) lies in `[begin, end]`, newest first, files newest first,
+   * at most `min(maxNum, maxMsgsNumBatch)` (RocketMQ's `queryOffset`).
+   * Matches are by key hash: a colliding key's offsets come too.
+   */
+  queryOffset(
+    topic: string,
+    key: string,
+    maxNum: number,
+    begin: number,
+    end: number,
+  ): QueryOffsetResult {
+    this.#checkOpen();
+    const limit = Math.min(maxNum, this.#maxMsgsNumBatch);
+    const phyOffsets: number[] = [];
+    let indexLastUpdateTimestamp = 0;
+    let indexLastUpdatePhyoffset = 0;
+    const fullKey = `${topic}#${key}`;
+    for (let i = this.#files.length - 1; i >= 0; i--) {
+      const file = this.#files[i] as IndexFile;
+      if (i === this.#files.length - 1) {
+        indexLastUpdateTimestamp = file.endTimestamp;
+        indexLastUpdatePhyoffset = file.endPhyOffset;
+      }
+      if (file.isTimeMatched(begin, end)) {
+        file.selectPhyOffset(phyOffsets, fullKey, limit, begin, end);
+      }
+      if (file.beginTimestamp < begin || phyOffsets.length >= limit) break;
+    }
+    return { phyOffsets, indexLastUpdateTimestamp, indexLastUpdatePhyoffset };
+  }
+
+  /**
+   * Makes every file durable.
+   *
+   * @returns endTimestamp of the last file (0 without files): every key
+   *   of a message stored up to then is durable.
+   */
+  async flush(): Promise<number> {
+    this.#checkOpen();
+    for (const file of this.#files) await file.flush();
+    return this.#files[this.#files.length - 1]?.endTimestamp ?? 0;
+  }
+
+  /**
+   * Deletes the files (never the last) whose endPhyOffset is below
+   * `minCommitLogOffset`, oldest first (RocketMQ's `deleteExpiredFile`).
+   *
+   * @returns How many files were deleted.
+   */
+  async deleteExpiredFile(minCommitLogOffset: number): Promise<number> {
+    this.#checkOpen();
+    let deleted = 0;
+    while (
+      this.#files.length > 1 && (this.#files[0] as IndexFile).endPhyOffset < minCommitLogOffset
+    ) {
+      const file = this.#files.shift() as IndexFile;
+      await file.destroy();
+      deleted++;
+    }
+    return deleted;
+  }
+
+  /** Flushes and closes every file. Idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#creating?.catch(() => {});
+    try {
+      if (!this.#readOnly) { for (const file of this.#files) await file.flush(); }
+    } finally {
+      await this.#closeFiles();
+    }
+  }
+
+  async #closeFiles(): Promise<void> {
+    const files = this.#files;
+    this.#files = [];
+    const results = await Promise.allSettled(files.map((file) => file.close()));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed !== undefined) throw failed.reason;
+  }
+
+  /** The last file when it has room, else a new one (RocketMQ's `getAndCreateLastIndexFile`). */
+  async #lastWritableFile(): Promise<IndexFile> {
+    this.#checkOpen();
+    if (this.#readOnly) {
+      throw new MqStoreError("UNSUPPORTED", `Cannot index into ${this.directory}: read-only`);
+    }
+    for (;;) {
+      const last = this.#files[this.#files.length - 1];
+      if (last !== undefined && !last.isWriteFull) return last;
+      const creating = this.#creating;
+      if (creating === undefined) break;
+      await creating.catch(() => {});
+    }
+    const creating = this.#createNext();
+    this.#creating = creating;
+    try {
+      return await creating;
+    } finally {
+      this.#creating = undefined;
+    }
+  }
+
+  async #createNext(): Promise<IndexFile> {
+    const previous = this.#files[this.#files.length - 1];
+    const name = nextIndexFileName(this.#clock.nowMs(), previous?.fileName);
+    const file = await IndexFile.create({
+      port: this.#port,
+      path: `${this.directory}/${name}`,
+      hashSlotNum: this.hashSlotNum,
+      indexNum: this.indexNum,
+      endPhyOffset: previous?.endPhyOffset ?? 0,
+      endTimestamp: previous?.endTimestamp ?? 0,
+      sparse: this.#sparse,
+    });
+    this.#files.push(file);
+    if (previous !== undefined) {
+      // The full file will not change again: make it durable now, then its
+      // end time may go to the checkpoint.
+      await previous.flush();
+      this.#indexMsgTimestamp = Math.max(this.#indexMsgTimestamp, previous.endTimestamp);
+    }
+    return file;
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw new MqStoreError("CLOSED", `The index ${this.directory} is closed`);
+  }
+}

@@ -1,0 +1,229 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { IndexFile, indexFileSizeBytes, indexKeyHash } from "../src/store/index_file.ts";
+import { IndexService, type IndexServiceOptions } from "../src/store/index_service.ts";
+import { adapterCases, type SegmentEnv, withSegmentEnv } from "./_segment_helpers.ts";
+
+const SLOTS = 8;
+/** Three entries per file (entry 0 is never used). */
+const ENTRIES = 4;
+const T0 = 1_795_954_493_497;
+const ALL_TIME = Number.MAX_SAFE_INTEGER;
+
+/** A clock for file names that ticks 1 ms per new file. */
+function tickingClock(startMs = T0): { nowMs(): number } {
+  let now = startMs;
+  return { nowMs: () => now++ };
+}
+
+function serviceOf(env: SegmentEnv, extra: Partial<IndexServiceOptions> = {}): IndexService {
+  return new IndexService({
+    port: env.port,
+    rootDirectory: env.directory,
+    maxHashSlotNum: SLOTS,
+    maxIndexNum: ENTRIES,
+    clock: tickingClock(),
+    sparse: true,
+    ...extra,
+  });
+}
+
+async function put(index: IndexService, offset: number, timestamp: number, ...keys: string[]) {
+  await index.buildIndex({ topic: "T", commitLogOffset: offset, storeTimestamp: timestamp, keys });
+}
+
+function offsetsOf(
+  index: IndexService,
+  key: string,
+  begin = 0,
+  end = ALL_TIME,
+  max = 64,
+): number[] {
+  return index.queryOffset("T", key, max, begin, end).phyOffsets;
+}
+
+describe("indexKeyHash", () => {
+  test("indexKeyHash() is abs(String.hashCode), 0 for Integer.MIN_VALUE", () => {
+    assert.equal(indexKeyHash("TopicTest#bulk-key"), 842971942);
+    // "polygenelubricants".hashCode() == Integer.MIN_VALUE in Java.
+    assert.equal(indexKeyHash("polygenelubricants"), 0);
+    assert.equal(indexKeyHash("T#Aa"), indexKeyHash("T#BB"));
+    assert.equal(indexFileSizeBytes(64, 256), 5416);
+  });
+});
+
+const cases = await adapterCases();
+
+for (const { adapter, skip } of cases) {
+  describe(`IndexService (${adapter})`, { skip }, () => {
+    test("buildIndex() rolls to a new file at maxIndexNum, the new file based on the last one", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const index = serviceOf(env);
+        await index.load(true, 0);
+        await put(index, 100, T0, "a", "b");
+        await put(index, 200, T0 + 2500, "c", "a");
+        await put(index, 300, T0 + 7000, "a");
+        assert.equal(index.files.length, 2);
+        const [first, second] = index.files as [IndexFile, IndexFile];
+        assert.equal(first.isWriteFull, true);
+        assert.equal(first.indexCount, ENTRIES);
+        assert.equal(first.endPhyOffset, 200);
+        assert.equal(first.endTimestamp, T0 + 2500);
+        assert.equal(index.indexMsgTimestamp, T0 + 2500);
+        assert.ok(first.fileName < second.fileName);
+        // The second file's first entry: time measured from the first file's end.
+        assert.equal(second.indexCount, 3);
+        assert.deepEqual(second.entryAt(1).timeDiffSec, 0);
+        assert.equal(second.entryAt(2).timeDiffSec, Math.trunc((T0 + 7000 - (T0 + 2500)) / 1000));
+        assert.equal(second.beginTimestamp, T0 + 2500);
+        assert.equal(second.beginPhyOffset, 200);
+        // Newest first, across files.
+        assert.deepEqual(offsetsOf(index, "a"), [300, 200, 100]);
+        assert.deepEqual(offsetsOf(index, "a", 0, ALL_TIME, 2), [300, 200]);
+        assert.deepEqual(offsetsOf(index, "c"), [200]);
+        assert.deepEqual(offsetsOf(index, "zz"), []);
+        // Below the last file's endPhyOffset: already indexed, skipped.
+        await put(index, 150, T0 + 8000, "late");
+        assert.deepEqual(offsetsOf(index, "late"), []);
+        await index.close();
+      });
+    });
+
+    test("queryOffset() keeps to the time range, to the second", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const index = serviceOf(env, { maxIndexNum: 64 });
+        await index.load(true, 0);
+        for (let i = 0; i < 5; i++) await put(index, 100 * i, T0 + 5000 * i, "k");
+        assert.deepEqual(offsetsOf(index, "k", T0 + 4000, T0 + 11_000), [200, 100]);
+        assert.deepEqual(offsetsOf(index, "k", T0 + 20_000, ALL_TIME), [400]);
+        assert.deepEqual(offsetsOf(index, "k", 0, T0 - 1), []);
+        // Times are kept in whole seconds from the file's begin.
+        assert.deepEqual(offsetsOf(index, "k", T0 + 5000, T0 + 5000), [100]);
+        await index.close();
+      });
+    });
+
+    test("queryOffset() returns colliding keys' offsets too (hash match only, as RocketMQ)", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const index = serviceOf(env, { maxIndexNum: 64 });
+        await index.load(true, 0);
+        await put(index, 10, T0, "Aa");
+        await put(index, 20, T0, "BB");
+        await put(index, 30, T0, "other");
+        assert.deepEqual(offsetsOf(index, "Aa"), [20, 10]);
+        assert.deepEqual(offsetsOf(index, "BB"), [20, 10]);
+        await index.close();
+      });
+    });
+
+    test("load() keeps every file after a clean exit and drops newer ones after a crash", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        let index = serviceOf(env);
+        await index.load(true, 0);
+        for (let i = 0; i < 7; i++) await put(index, 100 * i, T0 + 1000 * i, `k${i}`);
+        assert.equal(index.files.length, 3);
+        const ends = index.files.map((f) => f.endTimestamp);
+        await index.close();
+        index = serviceOf(env);
+        await index.load(true, 0);
+        assert.equal(index.files.length, 3);
+        assert.deepEqual(offsetsOf(index, "k6"), [600]);
+        await index.close();
+        index = serviceOf(env, { clock: tickingClock(T0 + 60_000) });
+        await index.load(false, ends[0]!);
+        assert.equal(index.files.length, 1);
+        assert.deepEqual((await env.port.list(index.directory)).length, 1);
+        // Re-dispatch rebuilds what was dropped.
+        for (let i = 0; i < 7; i++) await put(index, 100 * i, T0 + 1000 * i, `k${i}`);
+        assert.deepEqual(offsetsOf(index, "k6"), [600]);
+        assert.deepEqual(offsetsOf(index, "k1"), [100]);
+        await index.close();
+      });
+    });
+
+    test("deleteExpiredFile() drops old files below the commit log, never the last", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const index = serviceOf(env);
+        await index.load(true, 0);
+        for (let i = 0; i < 7; i++) await put(index, 100 * i, T0 + 1000 * i, `k${i}`);
+        assert.equal(await index.deleteExpiredFile(250), 1);
+        assert.equal(index.files.length, 2);
+        assert.equal(await index.deleteExpiredFile(10_000), 1);
+        assert.equal(index.files.length, 1);
+        assert.deepEqual(offsetsOf(index, "k6"), [600]);
+        await index.close();
+      });
+    });
+
+    test("IndexFile treats slot values past indexCount as empty (a crash before the header)", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const path = `${env.directory}/20261129121453504`;
+        const size = indexFileSizeBytes(SLOTS, 16);
+        const handle = await env.port.createFile(path, size, { sparse: true });
+        const slot = indexKeyHash("T#k") % SLOTS;
+        const stale = new Uint8Array(4);
+        new DataView(stale.buffer).setInt32(0, 5);
+        await handle.write(stale, 40 + slot * 4);
+        await handle.datasync();
+        await handle.close();
+        const file = await IndexFile.open({
+          port: env.port,
+          path,
+          hashSlotNum: SLOTS,
+          indexNum: 16,
+        });
+        assert.equal(file.indexCount, 1);
+        const found: number[] = [];
+        file.selectPhyOffset(found, "T#k", 64, 0, ALL_TIME);
+        assert.deepEqual(found, []);
+        assert.equal(file.putKey("T#k", 42, T0), true);
+        assert.deepEqual(file.entryAt(1).prevIndex, 0);
+        assert.equal(file.hashSlotCount, 1);
+        file.selectPhyOffset(found, "T#k", 64, 0, ALL_TIME);
+        assert.deepEqual(found, [42]);
+        await file.close();
+        await assert.rejects(
+          IndexFile.open({ port: env.port, path, hashSlotNum: SLOTS, indexNum: 17 }),
+          /Index file .* is \d+ bytes/,
+        );
+      });
+    });
+
+    test("buildIndex() names files in creation order even within one millisecond", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        let index = serviceOf(env, { clock: { nowMs: () => T0 } });
+        await index.load(true, 0);
+        for (let i = 0; i < 9; i++) await put(index, 100 * i, T0 + 1000 * i, `k${i}`);
+        const names = index.files.map((f) => f.fileName);
+        assert.equal(names.length, 3);
+        assert.deepEqual([...names].sort(), names);
+        assert.equal(new Set(names).size, 3);
+        await index.close();
+        index = serviceOf(env);
+        await index.load(true, 0);
+        assert.deepEqual(index.files.map((f) => f.endPhyOffset), [200, 500, 800]);
+        await index.close();
+      });
+    });
+
+    if (adapter === "memory") {
+      test("IndexFile keeps only flushed entries through a crash", async () => {
+        await withSegmentEnv(adapter, async (env) => {
+          const index = serviceOf(env, { maxIndexNum: 64 });
+          await index.load(true, 0);
+          await put(index, 100, T0, "a");
+          assert.equal(await index.flush(), T0);
+          await put(index, 200, T0 + 1000, "b");
+          env.memory!.crash();
+          const again = serviceOf(env, { maxIndexNum: 64 });
+          await again.load(true, 0);
+          assert.equal(again.files.length, 1);
+          assert.equal(again.files[0]!.indexCount, 2);
+          assert.deepEqual(offsetsOf(again, "a"), [100]);
+          assert.deepEqual(offsetsOf(again, "b"), []);
+          await again.close();
+        });
+      });
+    }
+  });
+}
