@@ -1,9 +1,10 @@
 /**
- * Bun-only behaviour of the `bun-ffi` binding (`src/runtime/bun.ts`):
- * `Bun.mmap` views at 64-bit offsets, retiring by `transfer(0)`, read-only
- * mappings through libc `mmap`, `fdatasync` flushes that survive the file
- * handle being closed, the `madvise` worker, OFD locks, `cachestat`. Under
- * Deno and Node every test is skipped. The cross-adapter behaviour of the
+ * Bun-only behaviour of the `bun-ffi` binding (`src/runtime/bun.ts`) and its
+ * worker threads (`src/runtime/_bun_worker.ts`): views at 64-bit offsets,
+ * retiring by `transfer(0)` with the unmap deferred past calls in flight,
+ * read-only mappings, range-accurate `msync` on the flush workers (also
+ * after the file handle was closed), the `madvise` worker, OFD locks,
+ * `cachestat`. Under Deno and Node every test is skipped. The cross-adapter behaviour of the
  * port is tested in `runtime_port_test.ts`.
  */
 
@@ -14,8 +15,10 @@ import os from "node:os";
 import process from "node:process";
 import { test } from "node:test";
 import { MqStoreError } from "../src/errors.ts";
+import { LIBC_CALL, LibcWorker } from "../src/runtime/_bun_worker.ts";
 import { LINUX, type NativeLibc } from "../src/runtime/_native.ts";
 import { runtimeName } from "../src/runtime/info.ts";
+import { createPort } from "../src/runtime/mod.ts";
 
 const SKIP = runtimeName() === "bun" ? false : "bun-ffi runs on Bun only";
 const BUN_MODULE = new URL("../src/runtime/bun.ts", import.meta.url).href;
@@ -150,28 +153,133 @@ test(
 );
 
 test(
-  "msync() writes back pages dirtied through the mapping (bun-ffi)",
+  "msync() writes back only the pages of its range (bun-ffi)",
   { skip: SKIP },
   () =>
     withLibc(async (libc, directory) => {
       const path = `${directory}/file`;
+      const page = libc.pageSizeBytes;
       const pages = 0x10;
-      const length = pages * libc.pageSizeBytes;
+      const length = pages * page;
       const fd = fs.openSync(path, "w+");
       try {
         assert.equal(libc.fallocate(fd, 0, length), 0);
         assert.equal(fs.fstatSync(fd).size, length);
-        const before = libc.cachestat(fd, 0, length);
-        if (before === undefined) return; // A kernel before 6.5: nothing to count.
+        if (libc.cachestat(fd, 0, length) === undefined) return; // A kernel before 6.5.
         const mapping = libc.mmap({ fd, path }, 0, length, true);
-        for (let page = 0; page < pages; page++) mapping.bytes[page * libc.pageSizeBytes] = 1;
-        assert.ok((libc.cachestat(fd, 0, length)?.dirtyPages ?? 0) > 0);
-        assert.equal(await libc.msync(mapping, libc.pageSizeBytes + 1, 1), 0);
+        for (let at = 0; at < length; at += page) mapping.bytes[at] = 1;
+        assert.equal(libc.cachestat(fd, 0, length)?.dirtyPages, pages);
+        // An unaligned position: the flush starts at its page.
+        assert.equal(await libc.msync(mapping, page + 1, 1), 0);
+        assert.equal(libc.cachestat(fd, page, page)?.dirtyPages, 0);
+        assert.equal(libc.cachestat(fd, 0, page)?.dirtyPages, 1);
+        assert.equal(libc.cachestat(fd, 2 * page, length - 2 * page)?.dirtyPages, pages - 2);
+        assert.equal(await libc.msync(mapping, 0, length), 0);
         assert.equal(libc.cachestat(fd, 0, length)?.dirtyPages, 0);
         libc.retire(mapping);
         assert.equal(await libc.msync(mapping, 0, length), ENOMEM);
       } finally {
         fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "Mapping.sync() after populate() cleans the synced page and leaves the others dirty (bun-ffi)",
+  { skip: SKIP },
+  async () => {
+    const port = await createPort({ adapter: "bun-ffi" });
+    const directory = fs.mkdtempSync(`${os.tmpdir()}/mqstore-`);
+    try {
+      const page = port.pageSizeBytes;
+      const pages = 0x40;
+      const synced = 0x21;
+      const file = await port.createFile(`${directory}/segment`, pages * page);
+      const mapping = await file.map();
+      try {
+        if (file.pageCacheState(0, pages * page) === undefined) return; // Before Linux 6.5.
+        mapping.advise(0, pages * page, "random");
+        await mapping.populate(0, pages * page);
+        // MADV_POPULATE_WRITE dirties every page it faults in: fdatasync
+        // would write all of them, msync of a range only that range.
+        assert.equal(file.pageCacheState(0, pages * page)?.dirtyPages, pages);
+        mapping.bytes.fill(0x7e, synced * page, (synced + 1) * page);
+        await mapping.sync(synced * page, page);
+        assert.equal(file.pageCacheState(synced * page, page)?.dirtyPages, 0);
+        assert.equal(file.pageCacheState((synced - 1) * page, page)?.dirtyPages, 1);
+        assert.equal(file.pageCacheState((synced + 1) * page, page)?.dirtyPages, 1);
+        assert.ok((file.pageCacheState(0, pages * page)?.dirtyPages ?? 0) > 0);
+        const back = Buffer.alloc(page);
+        const fd = fs.openSync(`${directory}/segment`, "r");
+        fs.readSync(fd, back, 0, page, synced * page);
+        fs.closeSync(fd);
+        assert.ok(back.every((byte) => byte === 0x7e));
+      } finally {
+        mapping.unmap();
+        await file.close();
+      }
+    } finally {
+      fs.rmSync(directory, { recursive: true, force: true });
+    }
+  },
+);
+
+test(
+  "retire() detaches at once and unmaps only after the msync in flight answered (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const path = `${directory}/file`;
+      const length = 0x100 * libc.pageSizeBytes;
+      const fd = fs.openSync(path, "w+");
+      try {
+        assert.equal(libc.fallocate(fd, 0, length), 0);
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        mapping.bytes.fill(0x3c);
+        const flushed = libc.msync(mapping, 0, length);
+        libc.retire(mapping);
+        // The answer cannot have been delivered yet: it needs this turn to end.
+        assert.equal(mapping.bytes.length, 0);
+        assert.equal(mapsOf(path).length, 1);
+        assert.equal(await flushed, 0);
+        assert.deepEqual(mapsOf(path), []);
+        if (libc.cachestat(fd, 0, length) !== undefined) {
+          assert.equal(libc.cachestat(fd, 0, length)?.dirtyPages, 0);
+        }
+        assert.ok(fs.readFileSync(path).every((byte) => byte === 0x3c));
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "msync() of two mappings at once flushes both (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      const length = 0x40 * libc.pageSizeBytes;
+      const files = ["a", "b"].map((name) => {
+        const path = `${directory}/${name}`;
+        const fd = fs.openSync(path, "w+");
+        assert.equal(libc.fallocate(fd, 0, length), 0);
+        return { path, fd, mapping: libc.mmap({ fd, path }, 0, length, true) };
+      });
+      try {
+        for (const { mapping } of files) mapping.bytes.fill(0x11);
+        const errnos = await Promise.all(
+          files.map(({ mapping }) => libc.msync(mapping, 0, length)),
+        );
+        assert.deepEqual(errnos, [0, 0]);
+        for (const { fd } of files) {
+          if (libc.cachestat(fd, 0, length) === undefined) return;
+          assert.equal(libc.cachestat(fd, 0, length)?.dirtyPages, 0);
+        }
+      } finally {
+        for (const { fd, mapping } of files) {
+          libc.retire(mapping);
+          fs.closeSync(fd);
+        }
       }
     }),
 );
@@ -364,4 +472,56 @@ test(
         fs.closeSync(fd);
       }
     }),
+);
+
+test(
+  "msync() does not keep the process from exiting after a map, sync and unmap (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((_libc, directory) => {
+      const path = `${directory}/file`;
+      // The second flush is not awaited: its pending request alone must keep
+      // the process alive until "answered", and the idle flush threads must
+      // then let it exit.
+      const child = `
+        import fs from "node:fs";
+        const { loadLibc } = await import(${JSON.stringify(BUN_MODULE)});
+        const libc = await loadLibc();
+        const length = 0x100 * libc.pageSizeBytes;
+        const fd = fs.openSync(${JSON.stringify(path)}, "w+");
+        libc.fallocate(fd, 0, length);
+        const mapping = libc.mmap({ fd, path: ${JSON.stringify(path)} }, 0, length, true);
+        mapping.bytes.fill(1);
+        console.log("first " + await libc.msync(mapping, 0, libc.pageSizeBytes));
+        libc.msync(mapping, 0, length).then((errno) => console.log("answered " + errno));
+        libc.retire(mapping);
+        fs.closeSync(fd);
+      `;
+      const script = `${directory}/child.ts`;
+      fs.writeFileSync(script, child);
+      // The timeout only turns a hang into a failure; nothing is timed.
+      const result = spawnSync(process.execPath, [script], {
+        encoding: "utf8",
+        timeout: 60_000,
+      });
+      assert.equal(result.signal, null, "the child hung");
+      assert.equal(result.status, 0, result.stderr);
+      assert.equal(result.stdout.trim(), "first 0\nanswered 0");
+      assert.ok(fs.readFileSync(path).every((byte) => byte === 1));
+    }),
+);
+
+test(
+  "LibcWorker.call() rejects with IO_ERROR when its thread cannot start (bun-ffi)",
+  { skip: SKIP },
+  async () => {
+    const worker = new LibcWorker("libmqstore-missing.so.0", "msync");
+    for (let attempt = 0; attempt < 2; attempt++) {
+      await assert.rejects(
+        worker.call(LIBC_CALL.MSYNC, 0, 0, LINUX.MS_SYNC),
+        (error) => error instanceof MqStoreError && error.code === "IO_ERROR",
+      );
+    }
+    assert.equal(worker.pendingCount, 0);
+  },
 );

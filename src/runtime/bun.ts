@@ -1,71 +1,89 @@
 /**
- * The `bun-ffi` adapter's libc binding: `Bun.mmap` for writable views,
- * `bun:ffi` for everything else.
+ * The `bun-ffi` adapter's libc binding, through `bun:ffi`.
  *
  * Mappings:
- * - A writable mapping is `Bun.mmap(path, { shared: true, offset, size })`,
- *   a `MAP_SHARED` `PROT_READ|PROT_WRITE` view. It is made of
- *   `/proc/self/fd/<fd>`, so it is the descriptor's file even if the path
- *   was renamed or replaced since it was opened. Bun unmaps it only when its
- *   buffer is garbage-collected or transferred: {@link NativeLibc.retire}
- *   calls `bytes.buffer.transfer(0)`, which detaches every view (length 0)
- *   and unmaps the range at once (checked in /proc/self/maps). It is never
- *   `munmap`ed directly, which would leave Bun a view that faults.
- * - `Bun.mmap` cannot map read-only: it opens the path `O_RDWR` and maps
- *   `PROT_READ|PROT_WRITE` (seen with strace), so it fails with `EACCES` on
- *   a file the process may only read and would let a read-only handle write.
- *   A read-only mapping is therefore libc `mmap(PROT_READ, MAP_SHARED)` on
- *   the handle's descriptor, wrapped by `toArrayBuffer(address, 0, length,
- *   length, munmap)`: Bun calls the deallocator as `munmap(address,
- *   length)` when that buffer is collected or transferred, so it has the
- *   same lifecycle as a `Bun.mmap` view. A write through it is a SIGSEGV,
- *   as with a read-only mapping on every adapter.
+ * - A mapping is libc `mmap(PROT_READ[|PROT_WRITE], MAP_SHARED)` of the
+ *   handle's descriptor, wrapped by `toArrayBuffer(address, 0, length)`
+ *   without a deallocator, so Bun never unmaps it on its own.
+ *   {@link NativeLibc.retire} calls `buffer.transfer(0)`, which detaches
+ *   every view at once (length 0, reads `undefined`), and unmaps the range
+ *   itself when no worker call on it (flush or pre-fault) is in flight,
+ *   else when the last one answers: a worker never meets a range that was
+ *   unmapped, or unmapped and reused. A mapping whose buffer is collected
+ *   without being retired is unmapped by a `FinalizationRegistry` (no view
+ *   of it is left then; a call in flight keeps the buffer reachable).
+ * - `Bun.mmap` is not used: it unmaps as soon as its buffer is transferred
+ *   (nothing can wait for a worker call), it cannot map read-only (it opens
+ *   the path `O_RDWR` and maps `PROT_READ|PROT_WRITE`, seen with strace),
+ *   and it maps by path, not by descriptor. A write through a read-only
+ *   mapping is a SIGSEGV, as with a read-only mapping on every adapter.
  * - Offsets of 2^32 and beyond work (a 5 GiB sparse file mapped at 4 GiB
  *   writes land at 2^32 + x). One view is at most 4 GiB (JavaScriptCore's
  *   ArrayBuffer limit; larger sizes fail with "RangeError: Out of memory").
  *
- * Flushing and pre-faulting off the JavaScript thread (`bun:ffi` calls
- * block): two ways were implemented and measured on this machine (Bun
- * 1.4.5, Linux 6.18, ext4 on virtio, 2 cores; 64 MiB fallocated file under
- * `MADV_RANDOM`; methods interleaved per iteration):
+ * Flushing: `bun:ffi` calls block, so `msync(MS_SYNC)` of the page-aligned
+ * range runs on a flush worker thread (`_bun_worker.ts`; up to
+ * `FLUSH_WORKERS_MAX` of them, a second one started only when flushes
+ * overlap), apart from the pre-fault thread, so a flush never queues behind
+ * a pre-fault. The first is booted by the first writable mapping (a thread
+ * takes 35–90 ms to start), and idle threads do not keep the process
+ * alive. The flush has to be range-accurate: the segment layer pre-faults
+ * with `MADV_POPULATE_WRITE`, which marks every page of the segment dirty
+ * (65,536 dirty pages after populating 256 MiB, per `cachestat`), and
+ * `fdatasync` (which this binding used before) writes all of them on the
+ * first flush, 1 GiB for a 1 GiB segment, while `msync` writes the range
+ * (on Linux it is `vfs_fsync_range` of the range, with the same journal
+ * commit). Measured on this machine (Bun 1.4.5, Linux 6.18, ext4 on
+ * virtio, 2 cores shared with other jobs at load 1.5–5, so ranges are
+ * wide): a 256 MiB fallocated file mapped through the port under
+ * `MADV_RANDOM`, one freshly dirtied 4 KiB page flushed per iteration,
+ * threads warmed up, methods interleaved, device writes from
+ * `/sys/block/vda/stat`:
  *
- * | flush                              | 4 KiB dirty, p50 / p99 (500 runs) | 64 MiB dirty, p50 (10 runs) |
- * |------------------------------------|-----------------------------------|-----------------------------|
- * | `fs.fdatasync` (Bun's thread pool) | 0.35–0.46 ms / 0.9–3.6 ms         | 144–205 ms                  |
- * | worker `msync`, postMessage        | 0.39–0.50 ms / 1.1–2.6 ms         | 129–235 ms                  |
- * | worker `msync`, SAB + waitAsync    | 0.36–0.40 ms / 1.7–4.3 ms         | —                           |
- * | `msync` on the JS thread (blocks)  | 0.30–0.35 ms / 0.6–1.2 ms         | —                           |
+ * | file                                  | flush                          | p50          | p99          | written per flush |
+ * |---------------------------------------|--------------------------------|--------------|--------------|-------------------|
+ * | after `MADV_POPULATE_WRITE` of it all | `fdatasync` (before)           | 512–649 ms   | 700–1,050 ms | 256 MiB           |
+ * | after `MADV_POPULATE_WRITE` of it all | worker `msync` of the page     | 1.1–4.0 ms   | 4.6–60 ms    | 8–12 KiB          |
+ * | never populated                       | `fdatasync` (before)           | 0.44–2.9 ms  | 3.7–11 ms    | 12 KiB            |
+ * | never populated                       | worker `msync` of the page     | 0.48–3.6 ms  | 5.0–16 ms    | 12 KiB            |
+ * | never populated                       | `msync` on the JS thread       | 0.38–2.8 ms  | 3.2–12 ms    | 12 KiB            |
  *
- * The two are equal within run-to-run noise (the device write dominates);
- * during a 64 MiB `fdatasync` a 1 ms `setInterval` kept ticking (largest
- * gap 1.5–6.5 ms). This binding keeps `fdatasync`: it cannot queue behind a
- * pre-fault on the worker (a 256 MiB `MADV_POPULATE_WRITE` holds it for
- * 0.4–1 s), flushes of different files run in parallel, and it never acts
- * on an address that may have been unmapped and reused. On Linux
- * `msync(MS_SYNC)` is itself `vfs_fsync_range(..., datasync)`, and
- * `fdatasync` writes back pages dirtied through a shared mapping too
- * (`cachestat` shows them dirty before and 0 after); it syncs the whole
- * file, not only the range, which is never less durable. Each mapping holds
- * its own descriptor (`F_DUPFD_CLOEXEC`), because the file handle may be
+ * (300 flushes per run, 100 for the populated `fdatasync`; the 60 ms p99
+ * is with 256 MiB `fdatasync`s interleaved.) On a file that was never
+ * populated the worker `msync` is 1.05–1.25 times the `fdatasync` p50 (1.9
+ * in one run at load 4.8)
+ * (the hop to the worker and back costs 13–27 µs p50, 50–100 µs p99 for a
+ * no-op call, like a `node:fs` call on Bun's pool); after a pre-fault it is
+ * 130–590 times faster and writes 4 KiB of data instead of the whole
+ * file. The zero pages a pre-fault dirtied are still written back by the
+ * kernel's flusher (after `dirty_expire_centisecs`, 30 s here), off the
+ * flush's latency path. A `SharedArrayBuffer` + `Atomics.waitAsync`
+ * channel was tried: 4–16 µs for a no-op call, but a 4 KiB flush through
+ * it took p50 0.40–2.5 ms against 0.43–0.56 ms with `postMessage`, so
+ * messages are kept. While a 256 MiB pre-fault ran on its own thread
+ * (0.7–1.3 s), 4 KiB flushes of another file kept completing: 418–1,211
+ * `msync`s (p50 0.34–0.66 ms, max 14–36 ms) against 892–1,320 `fdatasync`s
+ * (p50 0.28–0.36 ms, max 20–25 ms).
+ *
+ * If no flush thread can start, `msync` falls back to `fdatasync` of the
+ * whole file (never less durable) on the mapping's own descriptor: each
+ * mapping holds one (`F_DUPFD_CLOEXEC`), because the file handle may be
  * closed while its mappings live on and a reused descriptor number would
- * sync another file. Through the port (`Mapping.sync`) this gives 4 KiB:
- * p50 0.34–0.37 ms, p99 1.3–1.7 ms; 64 MiB: 178–184 ms; and 4 KiB flushes
- * issued while a 256 MiB pre-fault ran on the worker kept completing
- * (about 1,900 of them during it, p50 0.17–0.21 ms, max 10–16 ms).
+ * sync another file.
  *
- * Pre-faulting (`madviseAsync`) runs on a worker thread regardless
- * (`_bun_worker.ts`): `MADV_POPULATE_WRITE` of a fresh 256 MiB mapping of a
- * fallocated file took 395–1009 ms there while a 1 ms `setInterval` kept
- * ticking (356–894 ticks, largest gap 2.5–5.9 ms); on the JS thread the same
- * call blocks for 470–800 ms. The worker costs ~7.5 MiB RSS and 35–50 ms to
- * start, on first use.
+ * Pre-faulting (`madviseAsync`) runs on its own worker thread:
+ * `MADV_POPULATE_WRITE` of a fresh 256 MiB mapping of a fallocated file
+ * took 395–1009 ms there while a 1 ms `setInterval` kept ticking (356–894
+ * ticks, largest gap 2.5–5.9 ms); on the JS thread the same call blocks
+ * for 470–800 ms. Each worker costs ~7.5 MiB RSS.
  *
  * @module
  */
 
 import fs from "node:fs";
-import { errnoError, MqStoreError, systemError } from "../errors.ts";
-import { AdviceWorker } from "./_bun_worker.ts";
+import { assert } from "../assert.ts";
+import { errnoError, MqStoreError } from "../errors.ts";
+import { LIBC_CALL, LibcWorker, LibcWorkerPool } from "./_bun_worker.ts";
 import {
   CACHESTAT,
   decodeCachestat,
@@ -91,21 +109,22 @@ const EIO = 0x5;
 const MAP_FAILED = -1;
 /** Largest single view JavaScriptCore allows (its ArrayBuffer limit). */
 const VIEW_SIZE_MAX_BYTES = 0x1_0000_0000;
+/**
+ * Most flush worker threads: flushes of different files (commit log,
+ * consume queues) overlap, and one large flush should not hold up a small
+ * one behind it; each thread costs ~7.5 MiB RSS.
+ */
+const FLUSH_WORKERS_MAX = 2;
 
-/** Advice that only faults pages in: harmless if the range was unmapped meanwhile. */
+/**
+ * Advice that only faults pages in, so it may run on the worker while this
+ * thread writes; advice that drops pages stays in program order here.
+ */
 const ASYNC_ADVICE: ReadonlySet<number> = new Set([
   LINUX.MADV_WILLNEED,
   LINUX.MADV_POPULATE_READ,
   LINUX.MADV_POPULATE_WRITE,
 ]);
-
-/** The part of the `Bun` global this binding uses. */
-interface BunGlobal {
-  mmap(
-    path: string,
-    options: { shared: boolean; offset: number; size: number },
-  ): Uint8Array<ArrayBuffer>;
-}
 
 /** The libc functions bound through `bun:ffi`. */
 interface LibcSymbols {
@@ -120,7 +139,7 @@ interface LibcSymbols {
     fd: number,
     offset: number,
   ): number;
-  munmap: { readonly ptr: number };
+  munmap(address: number, length: number): number;
   madvise(address: number, length: number, advice: number): number;
   mlock(address: number, length: number): number;
   munlock(address: number, length: number): number;
@@ -141,14 +160,7 @@ interface BunFfi {
     path: string,
     symbols: Record<string, { args: string[]; returns: string }>,
   ): { symbols: LibcSymbols };
-  ptr(view: Uint8Array): number;
-  toArrayBuffer(
-    address: number,
-    byteOffset: number,
-    byteLength: number,
-    deallocatorContext: number,
-    deallocator: number,
-  ): ArrayBuffer;
+  toArrayBuffer(address: number, byteOffset: number, byteLength: number): ArrayBuffer;
   read: { i32(address: number): number };
 }
 
@@ -173,16 +185,22 @@ const SYMBOLS = {
 /**
  * Binding-private state of one mapping (the {@link NativeMapping.handle}).
  *
- * `syncFd` is this mapping's own descriptor of the file for `fdatasync`
- * (-1 once closed); `inFlight` counts `fdatasync` and worker `madvise`
- * calls not yet answered, so `syncFd` is closed only when none uses it.
+ * `inFlight` counts worker calls (`msync`, `madvise`) and fallback
+ * `fdatasync`s not yet answered: the range stays mapped, and `syncFd` (this
+ * mapping's own descriptor of the file, for the `fdatasync` fallback) open,
+ * until none is left after the mapping was retired. `released` is set once
+ * both are gone. It holds no reference to the mapping's buffer, so that an
+ * unretired mapping can be collected (see `BunLibc.#orphans`).
  */
 interface BunMappingState {
   /** Address of the first mapped byte (page-aligned). */
   readonly address: number;
-  syncFd: number;
+  /** Mapped length in bytes. */
+  readonly length: number;
+  readonly syncFd: number;
   inFlight: number;
   retired: boolean;
+  released: boolean;
 }
 
 function errnoOf(error: NodeJS.ErrnoException): number {
@@ -190,30 +208,29 @@ function errnoOf(error: NodeJS.ErrnoException): number {
   return typeof error.errno === "number" && error.errno !== 0 ? Math.abs(error.errno) : EIO;
 }
 
-/** Closes a descriptor used only for `fdatasync`. */
-function closeSyncFd(state: BunMappingState): void {
-  const fd = state.syncFd;
-  if (fd < 0) return;
-  state.syncFd = -1;
-  // Every fdatasync on this descriptor has reported to its caller; a close
-  // error (EINTR, EIO on Linux) does not leave the descriptor open and
-  // concerns no data, so there is no one to tell.
-  fs.close(fd, () => {});
+/** `fdatasync` on Bun's thread pool: 0 or errno. */
+function fdatasync(fd: number): Promise<number> {
+  return new Promise<number>((resolve) => {
+    fs.fdatasync(fd, (error) => resolve(error ? errnoOf(error) : 0));
+  });
 }
-
-/** Mapping descriptors of mappings collected without being retired. */
-const ORPHANS = new FinalizationRegistry<number>((fd) => fs.close(fd, () => {}));
 
 class BunLibc implements NativeLibc {
   readonly runtime = "bun" as const;
   readonly adapter = "bun-ffi" as const;
   readonly pageSizeBytes: number;
-  #bun: BunGlobal;
   #ffi: BunFfi;
   #libc: LibcSymbols;
   #errnoAddress: number;
-  #procFd: boolean;
-  #worker = new AdviceWorker(LIBC_PATH);
+  /** Pre-faults: long calls, on their own thread so flushes never queue behind them. */
+  #adviceWorker = new LibcWorker(LIBC_PATH, "madvise");
+  #flushWorkers = new LibcWorkerPool(LIBC_PATH, "msync", FLUSH_WORKERS_MAX);
+  /**
+   * Releases mappings whose buffer was collected without being retired: no
+   * view of it is left, so unmapping cannot fault anyone. Keyed by the
+   * buffer, holding (and unregistered by) the state.
+   */
+  #orphans = new FinalizationRegistry<BunMappingState>((state) => this.#release(state));
   #flock = new Uint8Array(FLOCK.SIZE);
   #flockView = new DataView(this.#flock.buffer);
   #range = new Uint8Array(CACHESTAT.RANGE_SIZE);
@@ -221,8 +238,7 @@ class BunLibc implements NativeLibc {
   #stat = new Uint8Array(CACHESTAT.STAT_SIZE);
   #statView = new DataView(this.#stat.buffer);
 
-  constructor(bun: BunGlobal, ffi: BunFfi) {
-    this.#bun = bun;
+  constructor(ffi: BunFfi) {
     this.#ffi = ffi;
     this.#libc = ffi.dlopen(LIBC_PATH, SYMBOLS).symbols;
     // errno is thread-local; this is the JavaScript thread's, read right
@@ -232,7 +248,6 @@ class BunLibc implements NativeLibc {
     if (!(this.pageSizeBytes > 0 && (this.pageSizeBytes & (this.pageSizeBytes - 1)) === 0)) {
       throw new Error(`sysconf(_SC_PAGESIZE) returned ${this.pageSizeBytes}`);
     }
-    this.#procFd = fs.existsSync("/proc/self/fd");
   }
 
   fallocate(fd: number, offset: number, length: number): number {
@@ -255,8 +270,8 @@ class BunLibc implements NativeLibc {
         `Cannot map ${file.path}: ${length} bytes exceed Bun's view limit of ${VIEW_SIZE_MAX_BYTES}`,
       );
     }
-    // Mapping past the end of the file would fault on access (libc mmap) or
-    // be clamped (Bun.mmap); the handle's size may be stale.
+    // Mapping past the end of the file would fault on access; the handle's
+    // size may be stale.
     const fileSizeBytes = fs.fstatSync(file.fd).size;
     if (fileOffset + length > fileSizeBytes) {
       throw new MqStoreError(
@@ -266,52 +281,78 @@ class BunLibc implements NativeLibc {
         }) exceeds its size ${fileSizeBytes}`,
       );
     }
-    const bytes = writable
-      ? this.#mapShared(file, fileOffset, length)
-      : this.#mapReadOnly(file, fileOffset, length);
-    const address = this.#ffi.ptr(bytes);
-    if (bytes.length !== length || address % this.pageSizeBytes !== 0) {
-      bytes.buffer.transfer(0);
-      throw new Error(
-        `Mapping ${file.path} gave ${bytes.length} bytes at 0x${
-          address.toString(16)
-        }, expected ${length} page-aligned`,
-      );
-    }
     const syncFd = this.#libc.fcntl(file.fd, F_DUPFD_CLOEXEC, null);
-    if (syncFd < 0) {
+    if (syncFd < 0) throw errnoError(this.#errno(), "duplicate the descriptor of", file.path);
+    const protection = writable ? LINUX.PROT_READ | LINUX.PROT_WRITE : LINUX.PROT_READ;
+    const address = this.#libc.mmap(
+      null,
+      length,
+      protection,
+      LINUX.MAP_SHARED,
+      file.fd,
+      fileOffset,
+    );
+    if (address === MAP_FAILED) {
       const errno = this.#errno();
-      bytes.buffer.transfer(0);
-      throw errnoError(errno, "duplicate the descriptor of", file.path);
+      fs.closeSync(syncFd);
+      throw errnoError(errno, "map", file.path);
     }
-    const state: BunMappingState = { address, syncFd, inFlight: 0, retired: false };
-    ORPHANS.register(state, syncFd, state);
-    return { bytes, length, handle: state };
+    assert(
+      address % this.pageSizeBytes === 0,
+      `mmap returned 0x${address.toString(16)}, not page-aligned`,
+    );
+    // No deallocator: Bun would unmap the range as soon as the buffer is
+    // transferred, while a worker call may still use it. The binding unmaps
+    // it itself (#release).
+    const buffer = this.#ffi.toArrayBuffer(address, 0, length);
+    const state: BunMappingState = {
+      address,
+      length,
+      syncFd,
+      inFlight: 0,
+      retired: false,
+      released: false,
+    };
+    this.#orphans.register(buffer, state, state);
+    // A writable mapping will be flushed: boot a flush thread now rather
+    // than on the first (latency-critical) flush.
+    if (writable) this.#flushWorkers.warm();
+    return { bytes: new Uint8Array(buffer), length, handle: state };
   }
 
   retire(mapping: NativeMapping): void {
     const state = mapping.handle as BunMappingState;
     if (state.retired) return;
     state.retired = true;
-    // Detaches every view of the buffer; its deallocator (Bun's for
-    // Bun.mmap, munmap for a read-only mapping) unmaps the range now.
+    // Detaches every view of the buffer (length 0); without a deallocator
+    // the range itself stays mapped until the calls in flight answered.
     const buffer = mapping.bytes.buffer as ArrayBuffer;
     if (!buffer.detached) buffer.transfer(0);
-    ORPHANS.unregister(state);
-    if (state.inFlight === 0) closeSyncFd(state);
+    assert(mapping.bytes.length === 0, "the view of a retired mapping is detached");
+    this.#orphans.unregister(state);
+    if (state.inFlight === 0) this.#release(state);
   }
 
-  msync(mapping: NativeMapping, _position: number, _length: number): Promise<number> {
+  async msync(mapping: NativeMapping, position: number, length: number): Promise<number> {
     const state = mapping.handle as BunMappingState;
-    if (state.retired) return Promise.resolve(ENOMEM);
+    if (state.retired) return ENOMEM;
+    const [address, alignedLength] = this.#align(state, position, length);
+    const buffer = mapping.bytes.buffer;
     state.inFlight++;
-    return new Promise<number>((resolve) => {
-      fs.fdatasync(state.syncFd, (error) => {
-        state.inFlight--;
-        if (state.retired && state.inFlight === 0) closeSyncFd(state);
-        resolve(error ? errnoOf(error) : 0);
-      });
-    });
+    try {
+      return await this.#flushWorkers.call(
+        LIBC_CALL.MSYNC,
+        address,
+        alignedLength,
+        LINUX.MS_SYNC,
+      );
+    } catch {
+      // No flush thread could start (or it died mid-call): fdatasync syncs
+      // the whole file, never less durable than msync of the range.
+      return await fdatasync(state.syncFd);
+    } finally {
+      this.#settle(state, buffer);
+    }
   }
 
   madvise(
@@ -332,21 +373,25 @@ class BunLibc implements NativeLibc {
     length: number,
     advice: number,
   ): Promise<number> {
-    // Advice that drops or changes pages stays on this thread: if the
-    // mapping were retired and its range reused while a worker call is
-    // queued, it would hit someone else's memory.
+    // Advice that drops or changes pages stays on this thread, in program
+    // order with the writes around it.
     if (!ASYNC_ADVICE.has(advice)) return this.madvise(mapping, position, length, advice);
     const state = mapping.handle as BunMappingState;
     if (state.retired) return ENOMEM;
     const [address, alignedLength] = this.#align(state, position, length);
+    const buffer = mapping.bytes.buffer;
     state.inFlight++;
     try {
-      const errno = await this.#worker.madvise(address, alignedLength, advice);
-      // Retired meanwhile: the range is gone and there is nothing to fault in.
+      const errno = await this.#adviceWorker.call(
+        LIBC_CALL.MADVISE,
+        address,
+        alignedLength,
+        advice,
+      );
+      // Retired meanwhile: nobody will write there, nothing to report.
       return state.retired ? 0 : errno;
     } finally {
-      state.inFlight--;
-      if (state.retired && state.inFlight === 0) closeSyncFd(state);
+      this.#settle(state, buffer);
     }
   }
 
@@ -392,38 +437,32 @@ class BunLibc implements NativeLibc {
     return [state.address + position - offsetInPage, length + offsetInPage];
   }
 
-  #mapShared(
-    file: NativeFile,
-    fileOffset: number,
-    length: number,
-  ): Uint8Array<ArrayBuffer> {
-    const path = this.#procFd ? `/proc/self/fd/${file.fd}` : file.path;
-    try {
-      return this.#bun.mmap(path, { shared: true, offset: fileOffset, size: length });
-    } catch (error) {
-      throw systemError(error, "map", file.path);
-    }
+  /**
+   * Ends a worker call on a mapping; releases the mapping after the last
+   * one if it was retired meanwhile. Taking the buffer keeps an unretired
+   * mapping from being collected (and unmapped) while the call ran.
+   */
+  #settle(state: BunMappingState, buffer: ArrayBufferLike): void {
+    state.inFlight--;
+    assert(state.inFlight >= 0, `${state.inFlight} calls in flight on a mapping`);
+    assert(
+      (buffer as ArrayBuffer).detached === state.retired,
+      "a mapping's buffer is detached exactly when it is retired",
+    );
+    if (state.retired && state.inFlight === 0) this.#release(state);
   }
 
-  #mapReadOnly(
-    file: NativeFile,
-    fileOffset: number,
-    length: number,
-  ): Uint8Array<ArrayBuffer> {
-    const address = this.#libc.mmap(
-      null,
-      length,
-      LINUX.PROT_READ,
-      LINUX.MAP_SHARED,
-      file.fd,
-      fileOffset,
-    );
-    if (address === MAP_FAILED) throw errnoError(this.#errno(), "map", file.path);
-    // Bun calls the deallocator as munmap(address, context) once the buffer
-    // is collected or transferred away.
-    return new Uint8Array(
-      this.#ffi.toArrayBuffer(address, 0, length, length, this.#libc.munmap.ptr),
-    );
+  /** Unmaps a mapping's range and closes its descriptor, once. */
+  #release(state: BunMappingState): void {
+    if (state.released) return;
+    state.released = true;
+    if (this.#libc.munmap(state.address, state.length) !== 0) {
+      // munmap fails only on an invalid range: a bug, never a runtime state.
+      throw errnoError(this.#errno(), `unmap ${state.length} bytes at`, "a retired mapping");
+    }
+    // Every call on this descriptor has answered; a close error (EINTR, EIO
+    // on Linux) does not leave it open and concerns no data of ours.
+    fs.close(state.syncFd, () => {});
   }
 
   /** 0 for a libc call that returned 0, else the errno it set. */
@@ -452,13 +491,15 @@ class BunLibc implements NativeLibc {
  * @returns The binding.
  */
 export async function loadLibc(): Promise<NativeLibc> {
-  const bun = (globalThis as { Bun?: Partial<BunGlobal> }).Bun;
-  if (typeof bun?.mmap !== "function") {
-    throw new MqStoreError("UNSUPPORTED", "The bun-ffi adapter needs Bun (Bun.mmap is missing)");
+  if ((globalThis as { Bun?: unknown }).Bun === undefined) {
+    throw new MqStoreError(
+      "UNSUPPORTED",
+      "The bun-ffi adapter needs Bun (the Bun global is missing)",
+    );
   }
   // A variable specifier keeps deno check (which has no Bun types) from
   // resolving bun:ffi.
   const specifier = "bun:ffi";
   const ffi = await import(specifier) as BunFfi;
-  return new BunLibc(bun as BunGlobal, ffi);
+  return new BunLibc(ffi);
 }
