@@ -1,0 +1,202 @@
+/**
+ * A tiny bench harness shared by the files in `bench/`: one bench file runs
+ * under `deno bench` (cases go to `Deno.bench`) and standalone on every
+ * runtime (`deno run -A`, `bun`, `node --import tsx`), where it times each
+ * case itself and prints median ns/iteration (and the fastest sample, the
+ * figure least disturbed by other load on a shared machine), records/s and
+ * GB/s (both from the median).
+ *
+ * @example A bench file
+ * ```ts
+ * import { bench, runStandalone } from "./_harness.ts";
+ *
+ * const bytes = new Uint8Array(1024);
+ * bench({ name: "fill 1 KiB", group: "fill", bytesPerIteration: 1024, fn: () => bytes.fill(1) });
+ * await runStandalone(import.meta.main);
+ * ```
+ *
+ * Standalone flags: `--json` (one JSON object per case), `--filter <text>`
+ * (cases whose group or name contains it), `--time-ms <n>` (time per sample,
+ * default 100).
+ *
+ * @module
+ */
+
+import process from "node:process";
+
+/** One measured case. */
+export interface BenchCase {
+  /** Name shown in reports. */
+  name: string;
+  /** Cases of one group are compared with each other. */
+  group?: string;
+  /** Marks the group's reference case (`deno bench` shows ratios against it). */
+  baseline?: boolean;
+  /** Bytes processed per call of `fn`, for GB/s. */
+  bytesPerIteration?: number;
+  /** Records processed per call of `fn`, for records/s. @default {1} */
+  recordsPerIteration?: number;
+  /** The measured work; its result is kept alive so engines cannot drop it. */
+  fn: () => unknown;
+}
+
+/** Figures of one case, from a standalone run. */
+export interface BenchResult {
+  runtime: string;
+  group: string;
+  name: string;
+  /** Median of the samples. */
+  nsPerIteration: number;
+  /** Fastest sample: the least disturbed by other load on a shared machine. */
+  bestNsPerIteration: number;
+  recordsPerSecond: number;
+  gigabytesPerSecond?: number;
+}
+
+interface DenoBenchHost {
+  bench(definition: { name: string; group?: string; baseline?: boolean; fn: () => void }): void;
+}
+
+const registered: BenchCase[] = [];
+
+/** Keeps results reachable so the optimiser cannot remove the measured work. */
+let sink: unknown;
+
+function denoHost(): DenoBenchHost | undefined {
+  const host = (globalThis as { Deno?: DenoBenchHost }).Deno;
+  return host !== undefined && typeof host.bench === "function" ? host : undefined;
+}
+
+/** The runtime this bench runs on, for reports. */
+export function benchRuntime(): string {
+  const host = globalThis as { Deno?: { version: { deno: string } }; Bun?: { version: string } };
+  if (host.Deno !== undefined) return `deno ${host.Deno.version.deno}`;
+  if (host.Bun !== undefined) return `bun ${host.Bun.version}`;
+  return `node ${process.versions.node}`;
+}
+
+/**
+ * Registers a case: with `Deno.bench` when present (ignored by `deno run`),
+ * and for {@link runStandalone}.
+ *
+ * @param benchCase The case.
+ */
+export function bench(benchCase: BenchCase): void {
+  registered.push(benchCase);
+  const deno = denoHost();
+  if (deno !== undefined) {
+    const definition: { name: string; group?: string; baseline?: boolean; fn: () => void } = {
+      name: benchCase.name,
+      fn: () => {
+        sink = benchCase.fn();
+      },
+    };
+    if (benchCase.group !== undefined) definition.group = benchCase.group;
+    if (benchCase.baseline === true) definition.baseline = true;
+    deno.bench(definition);
+  }
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)]!;
+}
+
+function timeLoop(fn: () => unknown, iterations: number): number {
+  const start = performance.now();
+  for (let i = 0; i < iterations; i++) sink = fn();
+  return performance.now() - start;
+}
+
+/**
+ * Times one case: calibrates the iteration count to `sampleMs`, then takes
+ * `samples` samples.
+ *
+ * @param fn The work.
+ * @param sampleMs Target duration of one sample.
+ * @param samples Number of samples.
+ * @returns Median and fastest nanoseconds per iteration.
+ */
+export function measure(
+  fn: () => unknown,
+  sampleMs = 100,
+  samples = 7,
+): { medianNs: number; bestNs: number } {
+  let iterations = 1;
+  // Warm up and calibrate: double until one loop takes a tenth of a sample.
+  for (let round = 0; round < 40; round++) {
+    const elapsed = timeLoop(fn, iterations);
+    if (elapsed >= sampleMs / 10) {
+      iterations = Math.max(1, Math.ceil(iterations * sampleMs / elapsed));
+      break;
+    }
+    iterations *= 2;
+  }
+  timeLoop(fn, iterations);
+  const perIteration: number[] = [];
+  for (let s = 0; s < samples; s++) perIteration.push(timeLoop(fn, iterations) * 1e6 / iterations);
+  return { medianNs: median(perIteration), bestNs: Math.min(...perIteration) };
+}
+
+function format(value: number, digits: number): string {
+  return value.toLocaleString("en-US", { maximumFractionDigits: digits });
+}
+
+/**
+ * Runs the registered cases when the bench file is not driven by
+ * `deno bench` (pass the file's `import.meta.main`; under `deno bench` it is
+ * false and this returns at once) and prints a table, or JSON lines with
+ * `--json`.
+ *
+ * @param isMain The bench file's `import.meta.main`.
+ * @returns The figures (empty under `deno bench`).
+ */
+export function runStandalone(isMain: boolean | undefined): BenchResult[] {
+  if (denoHost() !== undefined && isMain !== true) return [];
+  const argv = process.argv.slice(2);
+  const json = argv.includes("--json");
+  const filterAt = argv.indexOf("--filter");
+  const filter = filterAt >= 0 ? argv[filterAt + 1] ?? "" : "";
+  const timeAt = argv.indexOf("--time-ms");
+  const sampleMs = timeAt >= 0 ? Number(argv[timeAt + 1]) : 100;
+  const runtime = benchRuntime();
+  const results: BenchResult[] = [];
+  if (!json) console.log(`runtime: ${runtime}`);
+  let group: string | undefined;
+  for (const benchCase of registered) {
+    const groupName = benchCase.group ?? "";
+    if (filter !== "" && !`${groupName} ${benchCase.name}`.includes(filter)) continue;
+    const { medianNs: ns, bestNs } = measure(benchCase.fn, sampleMs);
+    const records = benchCase.recordsPerIteration ?? 1;
+    const result: BenchResult = {
+      runtime,
+      group: groupName,
+      name: benchCase.name,
+      nsPerIteration: ns,
+      bestNsPerIteration: bestNs,
+      recordsPerSecond: records * 1e9 / ns,
+    };
+    if (benchCase.bytesPerIteration !== undefined) {
+      result.gigabytesPerSecond = benchCase.bytesPerIteration / ns;
+    }
+    results.push(result);
+    if (json) {
+      console.log(JSON.stringify(result));
+      continue;
+    }
+    if (groupName !== group) {
+      group = groupName;
+      console.log(`\n[${groupName}]`);
+    }
+    const gb = result.gigabytesPerSecond === undefined
+      ? ""
+      : `${format(result.gigabytesPerSecond, 2).padStart(8)} GB/s`;
+    console.log(
+      `  ${benchCase.name.padEnd(40)} ${format(ns, 1).padStart(9)} ns/iter ` +
+        `(best ${format(bestNs, 1).padStart(8)}) ` +
+        `${format(result.recordsPerSecond / 1e6, 2).padStart(7)} M rec/s ${gb}`,
+    );
+  }
+  if (typeof sink === "symbol") console.log(String(sink));
+  return results;
+}
