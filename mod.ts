@@ -14,3 +14,16 @@ export type {
   RuntimeName,
   RuntimePort,
 } from "./src/runtime/mod.ts";
+export { MessageStore } from "./src/store/message_store.ts";
+export type { RecoveryReport } from "./src/store/message_store.ts";
+export type { FlushDiskType, MessageStoreOptions } from "./src/store/options.ts";
+export { AppendMessageResult } from "./src/commit_log/put_message_result.ts";
+export type {
+  AppendMessageStatus,
+  PutMessageResult,
+  PutMessageStatus,
+} from "./src/commit_log/put_message_result.ts";
+export type { StoreStatsSnapshot, TopicPutStats } from "./src/commit_log/store_stats.ts";
+export type { MessageInput } from "./src/record/mod.ts";
+export { ManualClock, systemClock } from "./src/segment/clock.ts";
+export type { Clock } from "./src/segment/clock.ts";

@@ -24,7 +24,9 @@ export type MqStoreErrorCode =
   | "PROPERTIES_SIZE_EXCEEDED"
   | "SERVICE_NOT_AVAILABLE"
   | "CLOSED"
-  | "POOL_EXHAUSTED";
+  | "POOL_EXHAUSTED"
+  | "FLUSH_DISK_TIMEOUT"
+  | "OS_PAGECACHE_BUSY";
 
 /**
  * An error with a stable `code` that callers can switch on.

@@ -1,0 +1,263 @@
+/**
+ * The commit-log scan of open (SPEC §8): walks the records of the loaded
+ * segments, rebuilds the topic-queue table, and finds where the log ends.
+ *
+ * ```
+ * segment i: MESSAGE MESSAGE ... BLANK → segment i+1
+ * segment k: MESSAGE ... | end (zeros) or first invalid record  ← the cut
+ * ```
+ *
+ * Segments before `verifyFromIndex` (a clean open verifies only the last
+ * three) are walked for the table only, without CRCs; a bad record there
+ * ends that segment's walk without cutting the log. From `verifyFromIndex`
+ * on, the first record that is not a valid MESSAGE or a BLANK filling the
+ * rest of its segment ends the log.
+ *
+ * @module
+ */
+
+import {
+  BLANK_MAGIC_CODE,
+  hasConsumeQueueEntry,
+  RecordChecker,
+  type RecordView,
+} from "../record/mod.ts";
+import type { MappedFile, SelectedRange } from "../segment/mapped_file.ts";
+import type { TopicQueueTable } from "./topic_queue_table.ts";
+
+/** Where the scan found the log to end. */
+export interface ScanResult {
+  /** The global offset after the last valid record (or BLANK). */
+  cutOffset: number;
+  /** Index of the segment holding the cut (may be one past the last when it ends a segment). */
+  cutFileIndex: number;
+  /** Position after the last non-zero byte at or past the cut in that segment (0 if none). */
+  dirtyEndPosition: number;
+  /** What was found at the cut: `end`, `invalid` (with why), or `full` (the log ends a segment). */
+  endKind: "end" | "invalid" | "full";
+  /** The checker's explanation when `endKind` is `invalid`. */
+  detail: string;
+  /** Records walked. */
+  messageCount: number;
+  /** Segments whose table-only walk stopped on a bad record (older segments of a clean open). */
+  skippedSegments: string[];
+}
+
+/** Options of {@link scanCommitLog}. */
+export interface ScanOptions {
+  /** First segment index whose records are verified (and may cut the log). */
+  verifyFromIndex: number;
+  /** Verify body CRCs (`checkCRCOnRecover`). */
+  checkCrc: boolean;
+  /** Receives the queue offsets seen. */
+  table: TopicQueueTable;
+  /**
+   * Look for stale bytes past a clean end (zeros at the cut): on an unclean
+   * open a crash may have kept a later page and lost an earlier one. A clean
+   * open skips it, so the unwritten tail of a big segment is not paged in.
+   */
+  findDirtyTail: boolean;
+  /**
+   * Window of positional reads where the port cannot map; at least the
+   * largest record plus 8.
+   *
+   * @default {8 MiB}
+   */
+  windowBytes: number;
+}
+
+/** Default size of the sliding window of ports that cannot map (read copies). */
+export const SCAN_WINDOW_BYTES_DEFAULT = 0x80_0000;
+
+function readInt32(bytes: Uint8Array, position: number): number {
+  return (bytes[position]! << 24) | (bytes[position + 1]! << 16) | (bytes[position + 2]! << 8) |
+    bytes[position + 3]!;
+}
+
+/**
+ * The bytes of a segment being scanned: the whole file through a mapping
+ * (a view, no copy), or else a window of positional reads that slides, so
+ * a 1 GiB segment never costs a 1 GiB buffer.
+ */
+class SegmentWindow {
+  /** The bytes; index 0 is position {@link SegmentWindow.base}. */
+  bytes: Uint8Array = new Uint8Array(0);
+  /** Position of `bytes[0]`. */
+  base = 0;
+  #file: MappedFile;
+  #windowBytes: number;
+  #range: SelectedRange | undefined;
+
+  private constructor(file: MappedFile, windowBytes: number) {
+    this.#file = file;
+    this.#windowBytes = windowBytes;
+  }
+
+  static async open(file: MappedFile, windowBytes: number): Promise<SegmentWindow> {
+    const window = new SegmentWindow(
+      file,
+      file.readsThroughMapping ? file.fileSizeBytes : Math.min(windowBytes, file.fileSizeBytes),
+    );
+    await window.slideTo(0);
+    return window;
+  }
+
+  /** Position after the last byte of the window. */
+  get end(): number {
+    return this.base + this.bytes.length;
+  }
+
+  /** Makes the window start at `position`. */
+  async slideTo(position: number): Promise<void> {
+    this.release();
+    const length = Math.min(this.#windowBytes, this.#file.fileSizeBytes - position);
+    const range = await this.#file.selectRange(position, length);
+    if (range === undefined) throw new Error(`Segment ${this.#file.path} is not readable`);
+    this.#range = range;
+    this.bytes = range.bytes;
+    this.base = position;
+  }
+
+  /** Position after the last non-zero byte at or past `from` (`from` when none). */
+  async dirtyEnd(from: number): Promise<number> {
+    const size = this.#file.fileSizeBytes;
+    // Backwards, one window at a time, so a clean tail stops nothing early.
+    for (let end = size; end > from;) {
+      const start = Math.max(from, end - this.#windowBytes);
+      if (start < this.base || end > this.end) await this.slideTo(start);
+      const found = dirtyEnd(this.bytes, start - this.base, end - this.base);
+      if (found > start - this.base) return this.base + found;
+      end = start;
+    }
+    return from;
+  }
+
+  release(): void {
+    this.#range?.release();
+    this.#range = undefined;
+  }
+}
+
+let cachedTopic = "";
+
+function topicOf(bytes: Uint8Array, position: number, length: number): string {
+  const cached = cachedTopic;
+  if (cached.length === length) {
+    let same = true;
+    for (let i = 0; i < length && same; i++) same = cached.charCodeAt(i) === bytes[position + i];
+    if (same) return cached;
+  }
+  let topic = "";
+  for (let i = 0; i < length; i++) topic += String.fromCharCode(bytes[position + i]!);
+  cachedTopic = topic;
+  return topic;
+}
+
+/** Position after the last non-zero byte of `bytes[from, to)`, or `from` when all are zero. */
+export function dirtyEnd(bytes: Uint8Array, from: number, to: number): number {
+  let end = to;
+  while (end > from && end % 4 !== 0 && bytes[end - 1] === 0) end--;
+  // Word-wise where aligned: a clean GiB tail is scanned at memory speed.
+  if (bytes.byteOffset % 4 === 0 && end % 4 === 0) {
+    const words = new Uint32Array(bytes.buffer, bytes.byteOffset, Math.floor(bytes.length / 4));
+    while (end - 4 >= from && words[end / 4 - 1] === 0) end -= 4;
+  }
+  while (end > from && bytes[end - 1] === 0) end--;
+  return end;
+}
+
+/**
+ * Walks the segments; see the module doc.
+ *
+ * @param files The loaded segments, oldest first, each readable whole.
+ * @param options Where verification starts, CRC checking, the table.
+ */
+export async function scanCommitLog(
+  files: readonly MappedFile[],
+  options: ScanOptions,
+): Promise<ScanResult> {
+  const verifying = new RecordChecker({ checkCrc: options.checkCrc });
+  const walking = new RecordChecker({ checkCrc: false });
+  const result: ScanResult = {
+    cutOffset: 0,
+    cutFileIndex: 0,
+    dirtyEndPosition: 0,
+    endKind: "full",
+    detail: "",
+    messageCount: 0,
+    skippedSegments: [],
+  };
+  for (let index = 0; index < files.length; index++) {
+    const file = files[index]!;
+    const size = file.fileSizeBytes;
+    const window = await SegmentWindow.open(file, options.windowBytes);
+    try {
+      const verify = index >= options.verifyFromIndex;
+      const checker = verify ? verifying : walking;
+      let position = 0;
+      let stop: RecordView | undefined;
+      while (position < size) {
+        const bytes = window.bytes;
+        const at = position - window.base;
+        const view = checker.check(bytes, at, file.fileFromOffset + position);
+        if (view.kind === "message") {
+          if (hasConsumeQueueEntry(view.sysFlag)) {
+            const topic = topicOf(bytes, view.topicPosition, view.topicLength);
+            options.table.counter(topic, view.queueId).next = view.queueOffset + 1;
+          }
+          result.messageCount++;
+          position += view.size;
+          continue;
+        }
+        // A BLANK is its 8-byte header: its size may reach past a window.
+        if (
+          (view.kind === "blank" || view.kind === "invalid") && at + 8 <= bytes.length &&
+          readInt32(bytes, at + 4) === BLANK_MAGIC_CODE && readInt32(bytes, at) === size - position
+        ) {
+          position = size;
+          break;
+        }
+        if (view.kind === "invalid" && window.end < size && window.base < position) {
+          // The record may only be cut by the window: read on from it.
+          await window.slideTo(position);
+          continue;
+        }
+        stop = view;
+        break;
+      }
+      if (stop === undefined) {
+        result.cutOffset = file.fileFromOffset + size;
+        result.cutFileIndex = index + 1;
+        continue;
+      }
+      if (!verify) {
+        result.skippedSegments.push(file.fileName);
+        result.cutOffset = file.fileFromOffset + size;
+        result.cutFileIndex = index + 1;
+        continue;
+      }
+      result.cutOffset = file.fileFromOffset + position;
+      result.cutFileIndex = index;
+      result.dirtyEndPosition = stop.kind !== "end" || options.findDirtyTail
+        ? await window.dirtyEnd(position)
+        : position;
+      if (stop.kind === "end" && result.dirtyEndPosition === position) {
+        result.endKind = "end";
+      } else {
+        result.endKind = "invalid";
+        result.detail = stop.kind === "end"
+          ? `zeros at position ${position} followed by data up to ${result.dirtyEndPosition}`
+          : stop.kind === "blank"
+          ? `a BLANK of ${stop.size} bytes at position ${position} does not fill the ${
+            size - position
+          } bytes left`
+          // The checker's positions are relative to the bytes it was given.
+          : `${stop.reason} at offset ${result.cutOffset} (${stop.detail})`;
+      }
+      return result;
+    } finally {
+      window.release();
+    }
+  }
+  return result;
+}

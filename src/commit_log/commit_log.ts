@@ -1,0 +1,1113 @@
+/**
+ * The commit log: RocketMQ's `CommitLog` put path over a
+ * {@link MappedFileQueue}, plus its recovery on open.
+ *
+ * ```
+ * putMessage ─► refuse? (closed, read-only, failed, disk full) ─► delay rewrite
+ *     │
+ *     ├─ fast path (nothing queued, room in the last segment, backlog ok):
+ *     │     encode straight into the segment (or copy from the scratch
+ *     │     encoding near its end), patch queueOffset / physicalOffset /
+ *     │     storeTimestamp, bump the queue counter — all synchronous
+ *     └─ slow path (no segment yet, segment full, backlog, write buffer):
+ *           encoded copy queued in order; one drain loop awaits segment
+ *           creation / flusher progress and appends the queue in order
+ *     ▼
+ * ASYNC_FLUSH: answer now (wake the committer or flusher)
+ * SYNC_FLUSH:  answer when GroupCommitService made the end offset durable
+ * ```
+ *
+ * One order: JavaScript runs one thing at a time and the append is
+ * synchronous, so records are never interleaved; while anything waits in
+ * the slow-path queue every new put queues behind it, so physical and
+ * queue offsets stay gap-free and in call order.
+ *
+ * A record is storable only if `totalSize + 8 ≤ segment size` (room for the
+ * BLANK that ends a segment); a larger one is MESSAGE_ILLEGAL, never
+ * accepted and lost. A write or flush error makes the log refuse every
+ * later put (SERVICE_NOT_AVAILABLE) until it is reopened.
+ *
+ * @module
+ */
+
+import { assert } from "../assert.ts";
+import { MqStoreError } from "../errors.ts";
+import {
+  MessageEncoder,
+  type MessageInput,
+  patchRecord,
+  PROPERTY_DELAY,
+  PROPERTY_WAIT,
+  SYS_FLAG_TRANSACTION_MASK,
+  TRANSACTION_COMMIT_TYPE,
+  TRANSACTION_NOT_TYPE,
+  writeBlankRecord,
+} from "../record/mod.ts";
+import type { RuntimePort } from "../runtime/port.ts";
+import { AllocateMappedFileService } from "../segment/allocate_mapped_file_service.ts";
+import type { Clock } from "../segment/clock.ts";
+import { OS_PAGE_SIZE_BYTES, WRITE_BUFFER_SIZE_BYTES_DEFAULT } from "../segment/constants.ts";
+import type { AppendOutcome, AppendTarget, MappedFile } from "../segment/mapped_file.ts";
+import { MappedFileQueue } from "../segment/mapped_file_queue.ts";
+import { TransientStorePool } from "../segment/transient_store_pool.ts";
+import { CommitRealTimeService } from "./commit_real_time_service.ts";
+import { END_OF_FILE_RESERVE_BYTES } from "./constants.ts";
+import { FlushRealTimeService } from "./flush_real_time_service.ts";
+import { GroupCommitService } from "./group_commit_service.ts";
+import { AppendMessageResult, type PutMessageResult } from "./put_message_result.ts";
+import type { StoreCheckpoint } from "./store_checkpoint.ts";
+import type { StoreStats } from "./store_stats.ts";
+import { type QueueCounter, TopicQueueTable } from "./topic_queue_table.ts";
+import { delayLevelOf, propertyOf, rewriteDelay } from "./_delay.ts";
+import { SCAN_WINDOW_BYTES_DEFAULT, scanCommitLog, type ScanResult } from "./_recovery.ts";
+
+/** How the commit log is made durable. */
+export type FlushDiskType = "ASYNC_FLUSH" | "SYNC_FLUSH";
+
+/** Settings of a {@link CommitLog}; the store resolves them from its options. */
+export interface CommitLogOptions {
+  /** The runtime port. */
+  port: RuntimePort;
+  /** The segment directory (`<root>/commitlog`). */
+  directory: string;
+  /** Time, timers and store timestamps. */
+  clock: Clock;
+  /** Open without writing anything; every put is refused. */
+  readOnly: boolean;
+  /** Segment size (`mappedFileSizeCommitLog`). */
+  mappedFileSizeCommitLog: number;
+  /** `flushDiskType`. */
+  flushDiskType: FlushDiskType;
+  /** `flushIntervalCommitLog`, ms. */
+  flushIntervalCommitLog: number;
+  /** `flushCommitLogLeastPages`. */
+  flushCommitLogLeastPages: number;
+  /** `flushCommitLogThoroughInterval`, ms. */
+  flushCommitLogThoroughInterval: number;
+  /** `flushCommitLogTimed`. */
+  flushCommitLogTimed: boolean;
+  /** `commitIntervalCommitLog`, ms. */
+  commitIntervalCommitLog: number;
+  /** `commitCommitLogLeastPages`. */
+  commitCommitLogLeastPages: number;
+  /** `commitCommitLogThoroughInterval`, ms. */
+  commitCommitLogThoroughInterval: number;
+  /** `syncFlushTimeout`, ms. */
+  syncFlushTimeout: number;
+  /** `maxMessageSize`, bytes (a body, a record, a batch). */
+  maxMessageSize: number;
+  /** `transientStorePoolEnable`. */
+  transientStorePoolEnable: boolean;
+  /** `transientStorePoolSize`. */
+  transientStorePoolSize: number;
+  /** `warmMapedFileEnable`: pre-fault new segments off the JS thread. */
+  warmMapedFileEnable: boolean;
+  /** `osPageCacheBusyTimeOutMills`: longest wait for the flusher before OS_PAGECACHE_BUSY. */
+  osPageCacheBusyTimeOutMills: number;
+  /** Bound on appended, not yet durable bytes. */
+  unflushedBytesMax: number;
+  /** `checkCRCOnRecover`. */
+  checkCRCOnRecover: boolean;
+  /** Number of delay levels (the highest level). */
+  delayLevelCount: number;
+  /** Create sparse segments (tests). */
+  sparseFiles: boolean;
+  /** Receives physicMsgTimestamp and the flushed offset. */
+  checkpoint: StoreCheckpoint;
+  /** Counters. */
+  stats: StoreStats;
+  /** Receives warnings (segments skipped by recovery, mlock refusals). */
+  onWarning: (message: string) => void;
+}
+
+/** A put waiting in the slow path, its records already encoded. */
+interface PendingPut {
+  /** The encoded record(s), exactly `size` bytes. */
+  readonly records: Uint8Array;
+  readonly count: number;
+  readonly topic: string;
+  readonly queueId: number;
+  /** Queue counter advanced (NOT_TYPE, COMMIT), or not (PREPARED, ROLLBACK). */
+  readonly advances: boolean;
+  readonly storeHost: string;
+  /** Wait for the group commit (SYNC_FLUSH, WAIT not "false"). */
+  readonly wait: boolean;
+  readonly startMs: number;
+  readonly resolve: (result: PutMessageResult) => void;
+}
+
+/** A waiter of {@link CommitLog.whenFlushed}. */
+interface FlushWaiter {
+  offset: number;
+  resolve(): void;
+  reject(error: unknown): void;
+}
+
+const DEFAULT_STORE_HOST = "127.0.0.1:10911";
+
+function failed(status: PutMessageResult["status"], error: MqStoreError): PutMessageResult {
+  return { status, error };
+}
+
+function statusOf(error: MqStoreError): PutMessageResult["status"] {
+  return error.code === "PROPERTIES_SIZE_EXCEEDED" ? "PROPERTIES_SIZE_EXCEEDED" : "MESSAGE_ILLEGAL";
+}
+
+function typeName(value: unknown): string {
+  return value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
+}
+
+/**
+ * The commit log of one store. Created by the store, which loads and
+ * recovers it, starts it, and closes it.
+ *
+ * @example
+ * ```ts ignore
+ * const commitLog = new CommitLog({ ...settings, port, directory: "/s/commitlog", checkpoint, stats });
+ * await commitLog.loadAndRecover(true); // clean: verify the last three segments
+ * commitLog.start();
+ * const r = await commitLog.putMessage({ topic: "T", queueId: 0, body: new Uint8Array([1]) });
+ * await commitLog.close();
+ * ```
+ */
+export class CommitLog {
+  /** Segment size. */
+  readonly fileSizeBytes: number;
+  /** The segments. */
+  readonly queue: MappedFileQueue;
+  /** Next queue offsets. */
+  readonly topicQueueTable: TopicQueueTable = new TopicQueueTable();
+
+  #options: CommitLogOptions;
+  #clock: Clock;
+  #pool: TransientStorePool | undefined;
+  #allocator: AllocateMappedFileService | undefined;
+  #encoder: MessageEncoder;
+  /** Where records are encoded when they cannot go straight into a segment. */
+  #scratch: Uint8Array;
+  /** Largest record (and batch) in bytes. */
+  #recordMax: number;
+  /** Write-buffer (and recovery read) window where the port cannot map: any record + 8 fits. */
+  #windowBytes: number;
+  /** A segment with at least this many writable bytes takes any record directly. */
+  #directMin: number;
+  #sync: boolean;
+  #stats: StoreStats;
+  #flusher: FlushRealTimeService | undefined;
+  #committer: CommitRealTimeService | undefined;
+  #groupCommit: GroupCommitService | undefined;
+  /** Puts waiting for the slow path, in call order. */
+  #pending: PendingPut[] = [];
+  #pendingHead = 0;
+  /** The last drain loop started (close awaits it). */
+  #draining: Promise<void> | undefined;
+  /** Whether the drain loop runs; cleared by the loop itself when the queue is empty. */
+  #drainRunning = false;
+  /** Offset of the first segment to create when there is none. */
+  #startOffset = 0;
+  #started = false;
+  #closed = false;
+  #closing: Promise<void> | undefined;
+  /** The write or flush error that made the log refuse writes (sticky). */
+  #failure: MqStoreError | undefined;
+  /** Disk use is over the ratio (set by the store's monitor). */
+  #diskFullReason: string | undefined;
+  #flushWaiters: FlushWaiter[] = [];
+  /** Woken by flush and commit progress (backpressure). */
+  #progressWaiters: Array<() => void> = [];
+
+  // The record being appended: fields instead of a closure per put.
+  #curInput: MessageInput | undefined;
+  #curSource: Uint8Array = new Uint8Array(0);
+  #curSize = 0;
+  #curCount = 0;
+  #curAdvances = true;
+  #curNowMs = 0;
+  /** Born timestamp of messages that have none: the current put's start. */
+  #bornNowMs = 0;
+  #curTopic = "";
+  #curQueueId = 0;
+  #curBatchOffsets: number[] | undefined;
+  #curError: MqStoreError | undefined;
+  /** Outputs of the last append. */
+  #lastAppendOffset = 0;
+  #lastQueueOffset = 0;
+  #outcome = { wroteBytes: 0, storeTimestampMs: 0 };
+  #appendBound = (target: AppendTarget): AppendOutcome => this.#appendInto(target);
+  #blankBound = (target: AppendTarget): AppendOutcome => this.#blankInto(target);
+
+  /** @param options Settings, port, clock, checkpoint and counters. */
+  constructor(options: CommitLogOptions) {
+    this.#options = options;
+    this.#clock = options.clock;
+    this.#stats = options.stats;
+    this.fileSizeBytes = options.mappedFileSizeCommitLog;
+    this.#sync = options.flushDiskType === "SYNC_FLUSH";
+    this.#recordMax = options.maxMessageSize;
+    this.#directMin = this.#recordMax + END_OF_FILE_RESERVE_BYTES;
+    this.#encoder = new MessageEncoder({
+      maxMessageSizeBytes: options.maxMessageSize,
+      // The put's own start time: one clock read per put (Date.now costs
+      // about 100 ns on Deno).
+      now: () => this.#bornNowMs,
+    });
+    // A batch is encoded record after record: each at most recordMax, the
+    // total too, so twice that always holds the one that crosses the limit.
+    this.#scratch = new Uint8Array(2 * this.#recordMax);
+    // The window of ports that cannot map must hold a BLANK's whole tail
+    // (less than a record + 8) and any record.
+    const window = Math.max(
+      WRITE_BUFFER_SIZE_BYTES_DEFAULT,
+      Math.ceil((this.#recordMax + END_OF_FILE_RESERVE_BYTES) / OS_PAGE_SIZE_BYTES) *
+        OS_PAGE_SIZE_BYTES,
+    );
+    this.#windowBytes = window;
+    if (options.transientStorePoolEnable && !options.readOnly) {
+      this.#pool = new TransientStorePool({
+        fileSizeBytes: this.fileSizeBytes,
+        count: options.transientStorePoolSize,
+      });
+    }
+    if (!options.readOnly) {
+      this.#allocator = new AllocateMappedFileService({
+        port: options.port,
+        pool: this.#pool,
+        warm: options.warmMapedFileEnable,
+        sparse: options.sparseFiles,
+        writeBufferSizeBytes: window,
+        clock: options.clock,
+        onWarning: options.onWarning,
+      });
+    }
+    this.queue = new MappedFileQueue({
+      port: options.port,
+      directory: options.directory,
+      fileSizeBytes: this.fileSizeBytes,
+      allocator: this.#allocator,
+      pool: this.#pool,
+      writeBufferSizeBytes: window,
+      sparse: options.sparseFiles,
+      readOnly: options.readOnly,
+      clock: options.clock,
+    });
+  }
+
+  /**
+   * Loads the segments and recovers the log: verifies records (from the
+   * third-last segment when `clean`, else from the first), rebuilds the
+   * topic-queue table, cuts the log at the first invalid record (later
+   * segments deleted, stale bytes after the cut zeroed and synced).
+   *
+   * @returns What the scan found.
+   */
+  async loadAndRecover(clean: boolean): Promise<ScanResult> {
+    await this.queue.load();
+    const files = this.queue.files;
+    const scan = await scanCommitLog(files, {
+      verifyFromIndex: clean ? Math.max(0, files.length - 3) : 0,
+      checkCrc: this.#options.checkCRCOnRecover,
+      table: this.topicQueueTable,
+      findDirtyTail: !clean,
+      windowBytes: Math.max(SCAN_WINDOW_BYTES_DEFAULT, this.#windowBytes),
+    });
+    for (const name of scan.skippedSegments) {
+      this.#options.onWarning(
+        `mqstore: segment ${name} of ${this.queue.directory} has an invalid record; its queue offsets past it were not rebuilt`,
+      );
+    }
+    const cut = scan.cutOffset;
+    const holder = files[scan.cutFileIndex];
+    if (this.#options.readOnly) {
+      holder?.resetPositions(cut - holder.fileFromOffset);
+    } else {
+      const hadLater = files.length > scan.cutFileIndex + 1;
+      await this.queue.truncateDirtyFiles(cut);
+      if (hadLater) await this.#options.port.syncDirectory(this.queue.directory);
+      if (holder !== undefined && scan.dirtyEndPosition > cut - holder.fileFromOffset) {
+        // A stale record past the cut must never reappear after a later crash.
+        await holder.zeroRange(cut - holder.fileFromOffset, scan.dirtyEndPosition);
+      }
+    }
+    this.queue.flushedWhere = cut;
+    this.queue.committedWhere = cut;
+    this.#startOffset = cut;
+    this.#options.checkpoint.commitLogOffset = cut;
+    return scan;
+  }
+
+  /** Starts the allocator and the flush services. */
+  start(): void {
+    if (this.#started || this.#options.readOnly) return;
+    this.#started = true;
+    this.#allocator?.start();
+    const options = this.#options;
+    const onError = (error: unknown) => this.#fail(error, "flush");
+    const onFlushed = (flushedWhere: number) => this.#onFlushed(flushedWhere);
+    if (this.#sync) {
+      this.#groupCommit = new GroupCommitService({
+        queue: this.queue,
+        clock: this.#clock,
+        syncFlushTimeoutMs: options.syncFlushTimeout,
+        checkpoint: options.checkpoint,
+        stats: this.#stats,
+        onFlushed,
+        onError,
+      });
+      this.#groupCommit.start();
+      return;
+    }
+    const flusher = new FlushRealTimeService({
+      queue: this.queue,
+      clock: this.#clock,
+      intervalMs: options.flushIntervalCommitLog,
+      leastPages: options.flushCommitLogLeastPages,
+      thoroughIntervalMs: options.flushCommitLogThoroughInterval,
+      timed: options.flushCommitLogTimed,
+      checkpoint: options.checkpoint,
+      stats: this.#stats,
+      onFlushed,
+      onError,
+    });
+    this.#flusher = flusher;
+    if (this.#pool !== undefined) {
+      this.#committer = new CommitRealTimeService({
+        queue: this.queue,
+        clock: this.#clock,
+        intervalMs: options.commitIntervalCommitLog,
+        leastPages: options.commitCommitLogLeastPages,
+        thoroughIntervalMs: options.commitCommitLogThoroughInterval,
+        stats: this.#stats,
+        onCommitted: () => {
+          flusher.wakeup();
+          this.#wakeProgress();
+        },
+        onError: (error) => this.#fail(error, "commit"),
+      });
+      this.#committer.start();
+    }
+    flusher.start();
+  }
+
+  /** Offset up to which the log is durable. */
+  get flushedOffset(): number {
+    return this.queue.flushedWhere;
+  }
+
+  /** Offset after the last appended record. */
+  get maxOffset(): number {
+    return this.queue.maxWrotePosition;
+  }
+
+  /** Offset of the oldest byte kept. */
+  get minOffset(): number {
+    return Math.max(0, this.queue.minOffset);
+  }
+
+  /** The sticky write or flush error, if one happened. */
+  get failure(): MqStoreError | undefined {
+    return this.#failure;
+  }
+
+  /**
+   * Refuses (or accepts again) writes because of disk use: a reason
+   * string refuses, undefined accepts.
+   */
+  setDiskFull(reason: string | undefined): void {
+    this.#diskFullReason = reason;
+  }
+
+  /** Resolves once the log is durable up to `offset`; rejects if flushing failed. */
+  whenFlushed(offset: number): Promise<void> {
+    if (this.queue.flushedWhere >= offset) return Promise.resolve();
+    if (this.#failure !== undefined) return Promise.reject(this.#failure);
+    return new Promise((resolve, reject) => {
+      this.#flushWaiters.push({ offset, resolve, reject });
+      this.#flusher?.wakeup();
+      this.#groupCommit?.wakeup();
+    });
+  }
+
+  /**
+   * Appends one message (SPEC §4). Resolves with a status; rejects only
+   * with a TypeError for a wrong argument type.
+   */
+  putMessage(message: MessageInput): Promise<PutMessageResult> {
+    try {
+      return this.#put(message);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * Appends a batch: one topic and queue, no transaction type and no DELAY
+   * inside; queueId, sysFlag, bornTimestamp, hosts and reconsumeTimes of
+   * the first message are shared; consecutive queue offsets; the whole
+   * batch lands in one segment.
+   */
+  putMessages(messages: readonly MessageInput[]): Promise<PutMessageResult> {
+    try {
+      return this.#putBatch(messages);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * Refuses new puts, waits for queued ones, stops the services after a
+   * final commit and flush, and closes the segments. Idempotent.
+   *
+   * @throws The final commit or flush error (everything is closed anyway).
+   */
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    this.#closed = true;
+    let error: unknown;
+    const attempt = async (step: () => Promise<void> | undefined) => {
+      try {
+        await step();
+      } catch (caught) {
+        error ??= caught;
+      }
+    };
+    await attempt(() => this.#draining);
+    await attempt(() => this.#committer?.close());
+    await attempt(() => this.#flusher?.close());
+    await attempt(() => this.#groupCommit?.close());
+    if (error === undefined && !this.#options.readOnly) {
+      this.#options.checkpoint.commitLogOffset = this.queue.flushedWhere;
+      if (this.queue.storeTimestampMs > 0) {
+        this.#options.checkpoint.physicMsgTimestamp = this.queue.storeTimestampMs;
+      }
+    }
+    const closedError = new MqStoreError("CLOSED", "The commit log closed");
+    for (const waiter of this.#flushWaiters) {
+      if (this.queue.flushedWhere >= waiter.offset) waiter.resolve();
+      else waiter.reject(this.#failure ?? closedError);
+    }
+    this.#flushWaiters = [];
+    this.#wakeProgress();
+    await attempt(() => this.#allocator?.close());
+    await attempt(() => this.queue.close({ waitMs: 0 }));
+    this.#pool?.close();
+    if (error !== undefined) throw error;
+  }
+
+  // ---------------------------------------------------------------------
+  // The put path
+
+  /** Why puts are refused now, or undefined. */
+  #refusal(): MqStoreError | undefined {
+    if (this.#closed || !this.#started) {
+      return new MqStoreError(
+        "SERVICE_NOT_AVAILABLE",
+        this.#options.readOnly
+          ? `Cannot put into ${this.queue.directory}: the store is open read-only`
+          : `Cannot put into ${this.queue.directory}: the store is ${
+            this.#closed ? "closed" : "not started"
+          }`,
+      );
+    }
+    if (this.#failure !== undefined) {
+      return new MqStoreError(
+        "SERVICE_NOT_AVAILABLE",
+        `Cannot put: an earlier write or flush failed (${this.#failure.message}); reopen the store`,
+        { cause: this.#failure },
+      );
+    }
+    if (this.#diskFullReason !== undefined) {
+      return new MqStoreError("SERVICE_NOT_AVAILABLE", this.#diskFullReason);
+    }
+    return undefined;
+  }
+
+  /** Whether appends must wait for the flusher (or committer). */
+  #backlogged(): boolean {
+    const queue = this.queue;
+    const wrote = queue.maxWrotePosition;
+    if (wrote - queue.flushedWhere > this.#options.unflushedBytesMax) return true;
+    // Each segment with uncommitted bytes holds a pool buffer: leave one
+    // for the segment allocated ahead.
+    const pool = this.#pool;
+    return pool !== undefined &&
+      wrote - queue.committedWhere > (pool.count - 2) * this.fileSizeBytes;
+  }
+
+  #put(message: MessageInput): Promise<PutMessageResult> {
+    if (typeof message !== "object" || message === null) {
+      throw new TypeError(`A message must be an object, not ${typeName(message)}`);
+    }
+    const startMs = this.#clock.nowMs();
+    this.#bornNowMs = startMs;
+    const refusal = this.#refusal();
+    if (refusal !== undefined) return this.#answerFailure("SERVICE_NOT_AVAILABLE", refusal);
+    let input = message;
+    const properties = message.properties;
+    let wait = this.#sync;
+    const sysFlag = message.sysFlag;
+    const transaction = typeof sysFlag === "number" ? sysFlag & SYS_FLAG_TRANSACTION_MASK : 0;
+    if (properties !== undefined && properties !== null) {
+      const delay = propertyOf(properties, PROPERTY_DELAY);
+      if (
+        delay !== undefined &&
+        (transaction === TRANSACTION_NOT_TYPE || transaction === TRANSACTION_COMMIT_TYPE)
+      ) {
+        const level = delayLevelOf(delay);
+        if (typeof level !== "number") return this.#answerFailure("MESSAGE_ILLEGAL", level);
+        if (level > 0) {
+          // Validate what the caller gave (its topic goes into REAL_TOPIC).
+          const invalid = this.#encoder.measure(message);
+          if (typeof invalid !== "number") return this.#answerFailure(statusOf(invalid), invalid);
+          input = rewriteDelay(message, level, this.#options.delayLevelCount);
+        }
+      }
+      if (wait && propertyOf(properties, PROPERTY_WAIT) === "false") wait = false;
+    }
+    const advances = transaction === TRANSACTION_NOT_TYPE ||
+      transaction === TRANSACTION_COMMIT_TYPE;
+
+    if (this.#pendingHead === this.#pending.length && !this.#backlogged()) {
+      const file = this.queue.lastFile;
+      if (file !== undefined && !file.isFull && file.writableBytes >= this.#directMin) {
+        // Far from the segment end any valid record fits: encode in place.
+        this.#curInput = input;
+        this.#curCount = 1;
+        this.#curAdvances = advances;
+        this.#curNowMs = startMs;
+        this.#curError = undefined;
+        try {
+          file.append(this.#appendBound);
+        } finally {
+          this.#curInput = undefined;
+        }
+        const error = this.#curError as MqStoreError | undefined;
+        if (error !== undefined) return this.#answerFailure(statusOf(error), error);
+        return this.#afterAppend(input.storeHost, wait, startMs);
+      }
+    }
+    // Near the segment end, or queued: encode into the scratch first.
+    const size = this.#encoder.encode(input, this.#scratch, 0);
+    if (typeof size !== "number") return this.#answerFailure(statusOf(size), size);
+    const tooBig = this.#checkFits(size);
+    if (tooBig !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", tooBig);
+    return this.#appendEncoded(
+      size,
+      1,
+      input.topic,
+      input.queueId,
+      advances,
+      input.storeHost,
+      wait,
+      startMs,
+    );
+  }
+
+  #putBatch(messages: readonly MessageInput[]): Promise<PutMessageResult> {
+    if (!Array.isArray(messages)) {
+      throw new TypeError(`A batch must be an array of messages, not ${typeName(messages)}`);
+    }
+    for (const message of messages) {
+      if (typeof message !== "object" || message === null) {
+        throw new TypeError(`A message must be an object, not ${typeName(message)}`);
+      }
+    }
+    const startMs = this.#clock.nowMs();
+    this.#bornNowMs = startMs;
+    const refusal = this.#refusal();
+    if (refusal !== undefined) return this.#answerFailure("SERVICE_NOT_AVAILABLE", refusal);
+    const first = messages[0];
+    if (first === undefined) {
+      return this.#answerFailure(
+        "MESSAGE_ILLEGAL",
+        new MqStoreError("MESSAGE_ILLEGAL", "A batch must hold at least one message"),
+      );
+    }
+    const shared = {
+      sysFlag: first.sysFlag,
+      bornTimestamp: first.bornTimestamp ?? startMs,
+      bornHost: first.bornHost,
+      storeHost: first.storeHost,
+      reconsumeTimes: first.reconsumeTimes,
+    };
+    let wait = this.#sync;
+    let position = 0;
+    for (let i = 0; i < messages.length; i++) {
+      let message = messages[i]!;
+      const illegal = this.#checkBatchMember(message, first, i);
+      if (illegal !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", illegal);
+      if (
+        message.sysFlag !== shared.sysFlag || message.bornTimestamp !== shared.bornTimestamp ||
+        message.bornHost !== shared.bornHost || message.storeHost !== shared.storeHost ||
+        message.reconsumeTimes !== shared.reconsumeTimes
+      ) {
+        message = { ...message, ...shared };
+      }
+      const properties = message.properties;
+      if (
+        wait && properties !== undefined && properties !== null &&
+        propertyOf(properties, PROPERTY_WAIT) === "false"
+      ) {
+        wait = false;
+      }
+      const size = this.#encoder.encode(message, this.#scratch, position);
+      if (typeof size !== "number") {
+        return this.#answerFailure(
+          statusOf(size),
+          new MqStoreError(size.code, `Message ${i} of the batch: ${size.message}`),
+        );
+      }
+      position += size;
+      if (position > this.#recordMax) {
+        return this.#answerFailure(
+          "MESSAGE_ILLEGAL",
+          new MqStoreError(
+            "MESSAGE_ILLEGAL",
+            `The batch is over ${position} bytes at message ${i}, maxMessageSize is ${this.#recordMax} bytes`,
+          ),
+        );
+      }
+    }
+    const tooBig = this.#checkFits(position);
+    if (tooBig !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", tooBig);
+    return this.#appendEncoded(
+      position,
+      messages.length,
+      first.topic,
+      first.queueId,
+      true,
+      first.storeHost,
+      wait,
+      startMs,
+    );
+  }
+
+  #checkBatchMember(
+    message: MessageInput,
+    first: MessageInput,
+    index: number,
+  ): MqStoreError | undefined {
+    if (message.topic !== first.topic || message.queueId !== first.queueId) {
+      return new MqStoreError(
+        "MESSAGE_ILLEGAL",
+        `Message ${index} of the batch goes to ${message.topic}/${message.queueId}; a batch goes to one queue (${first.topic}/${first.queueId})`,
+      );
+    }
+    const sysFlag = message.sysFlag;
+    if (typeof sysFlag === "number" && (sysFlag & SYS_FLAG_TRANSACTION_MASK) !== 0) {
+      return new MqStoreError(
+        "MESSAGE_ILLEGAL",
+        `Message ${index} of the batch has transaction type 0x${
+          (sysFlag & SYS_FLAG_TRANSACTION_MASK).toString(16)
+        }; a batch cannot hold transaction messages`,
+      );
+    }
+    const properties = message.properties;
+    if (properties !== undefined && properties !== null) {
+      const delay = propertyOf(properties, PROPERTY_DELAY);
+      if (delay !== undefined) {
+        return new MqStoreError(
+          "MESSAGE_ILLEGAL",
+          `Message ${index} of the batch has DELAY "${delay}"; a batch cannot hold delayed messages`,
+        );
+      }
+    }
+    return undefined;
+  }
+
+  /** MESSAGE_ILLEGAL when a record (or batch) of `size` can never fit a segment. */
+  #checkFits(size: number): MqStoreError | undefined {
+    if (size + END_OF_FILE_RESERVE_BYTES <= this.fileSizeBytes) return undefined;
+    return new MqStoreError(
+      "MESSAGE_ILLEGAL",
+      `Record is ${size} bytes; a segment of ${this.fileSizeBytes} bytes stores at most ${
+        this.fileSizeBytes - END_OF_FILE_RESERVE_BYTES
+      } (8 are kept for the end-of-segment BLANK)`,
+    );
+  }
+
+  /** Appends `size` bytes encoded in the scratch now, or queues a copy. */
+  #appendEncoded(
+    size: number,
+    count: number,
+    topic: string,
+    queueId: number,
+    advances: boolean,
+    storeHost: string | undefined,
+    wait: boolean,
+    startMs: number,
+  ): Promise<PutMessageResult> {
+    if (this.#pendingHead === this.#pending.length && !this.#backlogged()) {
+      const file = this.queue.lastFile;
+      if (
+        file !== undefined && !file.isFull &&
+        size + END_OF_FILE_RESERVE_BYTES <= this.fileSizeBytes - file.wrotePosition &&
+        size <= file.writableBytes
+      ) {
+        this.#appendRecords(file, this.#scratch, size, count, topic, queueId, advances, startMs);
+        return this.#afterAppend(storeHost, wait, startMs);
+      }
+    }
+    return new Promise<PutMessageResult>((resolve) => {
+      this.#pending.push({
+        records: this.#scratch.slice(0, size),
+        count,
+        topic,
+        queueId,
+        advances,
+        storeHost: storeHost ?? DEFAULT_STORE_HOST,
+        wait,
+        startMs,
+        resolve,
+      });
+      if (!this.#drainRunning) {
+        this.#drainRunning = true;
+        this.#draining = this.#drain();
+        // Awaited by close(); the error also reached every queued put.
+        this.#draining.catch(() => {});
+      }
+    });
+  }
+
+  /** Copies encoded records into `file` and patches them. */
+  #appendRecords(
+    file: MappedFile,
+    source: Uint8Array,
+    size: number,
+    count: number,
+    topic: string,
+    queueId: number,
+    advances: boolean,
+    nowMs: number,
+  ): void {
+    this.#curSource = source;
+    this.#curSize = size;
+    this.#curCount = count;
+    this.#curTopic = topic;
+    this.#curQueueId = queueId;
+    this.#curAdvances = advances;
+    this.#curNowMs = nowMs;
+    file.append(this.#appendBound);
+    this.#curSource = this.#scratch;
+  }
+
+  /** The append callback: encode or copy, then patch the placement fields. */
+  #appendInto(target: AppendTarget): AppendOutcome {
+    const bytes = target.bytes;
+    const index = target.index;
+    const outcome = this.#outcome;
+    let size: number;
+    let topic: string;
+    let queueId: number;
+    const input = this.#curInput;
+    if (input !== undefined) {
+      const encoded = this.#encoder.encode(input, bytes, index);
+      if (typeof encoded !== "number") {
+        this.#curError = encoded;
+        outcome.wroteBytes = 0;
+        outcome.storeTimestampMs = this.queue.lastFile?.storeTimestampMs ?? 0;
+        return outcome;
+      }
+      size = encoded;
+      topic = input.topic;
+      queueId = input.queueId;
+    } else {
+      size = this.#curSize;
+      const source = this.#curSource;
+      bytes.set(size === source.length ? source : source.subarray(0, size), index);
+      topic = this.#curTopic;
+      queueId = this.#curQueueId;
+    }
+    // Checked with an if: assert()'s message would be built on every put.
+    if (size + END_OF_FILE_RESERVE_BYTES > target.remainingBytes) {
+      assert(
+        false,
+        `a ${size}-byte append leaves room for a BLANK in ${target.remainingBytes} bytes`,
+      );
+    }
+    const nowMs = this.#curNowMs;
+    const offset = target.fileOffset;
+    const count = this.#curCount;
+    let queueOffset = 0;
+    if (this.#curAdvances) {
+      const counter: QueueCounter = this.topicQueueTable.counter(topic, queueId);
+      queueOffset = counter.next;
+      counter.next = queueOffset + count;
+    }
+    if (count === 1) {
+      patchRecord(bytes, index, queueOffset, offset, nowMs);
+      this.#curBatchOffsets = undefined;
+    } else {
+      const offsets: number[] = [];
+      let position = index;
+      for (let i = 0; i < count; i++) {
+        const recordSize = (bytes[position]! << 24) | (bytes[position + 1]! << 16) |
+          (bytes[position + 2]! << 8) | bytes[position + 3]!;
+        offsets.push(offset + position - index);
+        patchRecord(bytes, position, queueOffset + i, offset + position - index, nowMs);
+        position += recordSize;
+      }
+      if (position !== index + size) assert(false, `batch records add up to ${size} bytes`);
+      this.#curBatchOffsets = offsets;
+    }
+    this.#curTopic = topic;
+    this.#curSize = size;
+    outcome.wroteBytes = size;
+    outcome.storeTimestampMs = nowMs;
+    this.#lastAppendOffset = offset;
+    this.#lastQueueOffset = queueOffset;
+    return outcome;
+  }
+
+  /** Builds the answer of the append just made and waits for the flush it needs. */
+  #afterAppend(
+    storeHost: string | undefined,
+    wait: boolean,
+    startMs: number,
+  ): Promise<PutMessageResult> {
+    const size = this.#curSize;
+    const count = this.#curCount;
+    const offset = this.#lastAppendOffset;
+    const appendResult = new AppendMessageResult(
+      offset,
+      size,
+      this.#curNowMs,
+      this.#lastQueueOffset,
+      count,
+      storeHost ?? DEFAULT_STORE_HOST,
+      this.#curBatchOffsets,
+    );
+    this.#curBatchOffsets = undefined;
+    const result: PutMessageResult = { status: "PUT_OK", appendResult };
+    this.#stats.recordPut(this.#curTopic, count, size);
+    const end = offset + size;
+    if (this.#sync) {
+      const groupCommit = this.#groupCommit!;
+      if (wait) return groupCommit.request(end, result, startMs);
+      groupCommit.wakeup();
+    } else if (this.#committer !== undefined) {
+      this.#committer.wakeup();
+    } else if (!this.#options.flushCommitLogTimed) {
+      this.#flusher!.wakeup();
+    }
+    if (end - this.queue.flushedWhere > this.#options.unflushedBytesMax / 2) {
+      this.#flusher?.wakeup();
+    }
+    // A put appended in the caller's own turn took under a millisecond
+    // (it never awaited): no second clock read on the hot path.
+    this.#stats.recordPutLatency(startMs === this.#curNowMs ? 0 : this.#clock.nowMs() - startMs);
+    return Promise.resolve(result);
+  }
+
+  #answerFailure(
+    status: PutMessageResult["status"],
+    error: MqStoreError,
+  ): Promise<PutMessageResult> {
+    this.#stats.recordFailure(status);
+    return Promise.resolve(failed(status, error));
+  }
+
+  /** The BLANK callback: 8 bytes, the rest of the segment counted as written. */
+  #blankInto(target: AppendTarget): AppendOutcome {
+    const remaining = target.remainingBytes;
+    writeBlankRecord(target.bytes, target.index, remaining);
+    const file = this.queue.lastFile!;
+    if (file.writeMode !== "mapping") {
+      // A reused write buffer holds an older segment's bytes: the commit
+      // copies the whole tail, which must stay zeros as in the file.
+      target.bytes.fill(0, target.index + END_OF_FILE_RESERVE_BYTES, target.index + remaining);
+    }
+    const outcome = this.#outcome;
+    outcome.wroteBytes = remaining;
+    outcome.storeTimestampMs = file.storeTimestampMs;
+    return outcome;
+  }
+
+  /**
+   * Appends the queued puts in order, awaiting what the fast path cannot.
+   * Clears `#drainRunning` in the same synchronous step that sees the
+   * queue empty, so a put queued right after starts a new loop.
+   */
+  async #drain(): Promise<void> {
+    try {
+      await this.#drainQueued();
+    } catch (error) {
+      // A bug (an assertion) or a failed write buffer: refuse writes, answer
+      // what is queued, and surface the error on close.
+      this.#fail(error, "append");
+      this.#drainRunning = false;
+      while (this.#pendingHead < this.#pending.length) {
+        const put = this.#pending[this.#pendingHead]!;
+        this.#shiftPending();
+        this.#stats.recordFailure("SERVICE_NOT_AVAILABLE");
+        put.resolve(failed("SERVICE_NOT_AVAILABLE", this.#refusal()!));
+      }
+      throw error;
+    }
+  }
+
+  async #drainQueued(): Promise<void> {
+    const pending = this.#pending;
+    for (;;) {
+      if (this.#pendingHead >= pending.length) {
+        // Same synchronous step as the emptiness check: see #drain.
+        this.#drainRunning = false;
+        return;
+      }
+      const put = pending[this.#pendingHead]!;
+      const refusal = this.#refusal();
+      // A close waits for the queue: queued puts are still appended.
+      if (refusal !== undefined && !(this.#closed && this.#failure === undefined)) {
+        this.#shiftPending();
+        this.#stats.recordFailure("SERVICE_NOT_AVAILABLE");
+        put.resolve(failed("SERVICE_NOT_AVAILABLE", refusal));
+        continue;
+      }
+      if (this.#backlogged()) {
+        if (!await this.#waitForProgress(put.startMs)) {
+          this.#shiftPending();
+          this.#stats.recordFailure("OS_PAGECACHE_BUSY");
+          put.resolve(failed(
+            "OS_PAGECACHE_BUSY",
+            new MqStoreError(
+              "OS_PAGECACHE_BUSY",
+              `The put waited ${
+                this.#clock.nowMs() - put.startMs
+              } ms, past osPageCacheBusyTimeOutMills ${this.#options.osPageCacheBusyTimeOutMills} ms: the flusher is ${
+                this.queue.maxWrotePosition - this.queue.flushedWhere
+              } bytes behind (bound ${this.#options.unflushedBytesMax})${
+                this.#pool === undefined
+                  ? ""
+                  : ` and ${
+                    this.queue.maxWrotePosition - this.queue.committedWhere
+                  } bytes wait for the committer`
+              }`,
+            ),
+          ));
+        }
+        continue;
+      }
+      let file = this.queue.lastFile;
+      if (file === undefined || file.isFull) {
+        try {
+          file = await this.queue.getOrCreateLastMappedFile(this.#startOffset);
+        } catch (error) {
+          if (error instanceof MqStoreError && error.code === "POOL_EXHAUSTED") {
+            // Every pool buffer holds uncommitted bytes: wait for the committer.
+            this.#committer?.wakeup();
+            if (await this.#waitForProgress(put.startMs)) continue;
+          }
+          this.#shiftPending();
+          this.#stats.recordFailure("CREATE_MAPEDFILE_FAILED");
+          put.resolve(failed(
+            "CREATE_MAPEDFILE_FAILED",
+            error instanceof MqStoreError ? error : new MqStoreError(
+              "IO_ERROR",
+              `Cannot create a commit-log segment: ${String(error)}`,
+              { cause: error },
+            ),
+          ));
+          continue;
+        }
+      }
+      const size = put.records.length;
+      const remaining = this.fileSizeBytes - file.wrotePosition;
+      const needed = size + END_OF_FILE_RESERVE_BYTES > remaining ? remaining : size;
+      if (file.writableBytes < needed) {
+        try {
+          await file.ensureWritable(needed);
+        } catch (error) {
+          this.#fail(error, "write");
+        }
+        continue;
+      }
+      if (needed === remaining && needed !== size) {
+        // END_OF_FILE: the record goes whole into the next segment.
+        file.append(this.#blankBound);
+        continue;
+      }
+      // Shifted only once appended: if the append throws, #drain answers it.
+      this.#appendRecords(
+        file,
+        put.records,
+        size,
+        put.count,
+        put.topic,
+        put.queueId,
+        put.advances,
+        this.#clock.nowMs(),
+      );
+      this.#shiftPending();
+      this.#afterAppend(put.storeHost, put.wait, put.startMs).then(put.resolve);
+    }
+  }
+
+  #shiftPending(): void {
+    this.#pendingHead++;
+    if (this.#pendingHead === this.#pending.length) {
+      this.#pending.length = 0;
+      this.#pendingHead = 0;
+    }
+  }
+
+  /**
+   * Waits for flush or commit progress; false when the put that waits has
+   * waited longer than osPageCacheBusyTimeOutMills.
+   */
+  #waitForProgress(startMs: number): Promise<boolean> {
+    const remainingMs = startMs + this.#options.osPageCacheBusyTimeOutMills -
+      this.#clock.nowMs();
+    if (remainingMs <= 0 || this.#closed) return Promise.resolve(false);
+    this.#flusher?.wakeup();
+    this.#committer?.wakeup();
+    this.#groupCommit?.wakeup();
+    return new Promise<boolean>((resolve) => {
+      let cancel = () => {};
+      const wake = () => {
+        cancel();
+        resolve(true);
+      };
+      this.#progressWaiters.push(wake);
+      cancel = this.#clock.setTimer(remainingMs, () => {
+        this.#progressWaiters = this.#progressWaiters.filter((w) => w !== wake);
+        resolve(false);
+      });
+    });
+  }
+
+  #wakeProgress(): void {
+    const waiters = this.#progressWaiters;
+    if (waiters.length === 0) return;
+    this.#progressWaiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  #onFlushed(flushedWhere: number): void {
+    this.#wakeProgress();
+    const waiters = this.#flushWaiters;
+    if (waiters.length === 0) return;
+    const still: FlushWaiter[] = [];
+    for (const waiter of waiters) {
+      if (waiter.offset <= flushedWhere) waiter.resolve();
+      else still.push(waiter);
+    }
+    this.#flushWaiters = still;
+  }
+
+  /** Makes the log refuse writes after a write, commit or flush error. */
+  #fail(error: unknown, operation: string): void {
+    if (this.#failure === undefined) {
+      this.#failure = error instanceof MqStoreError ? error : new MqStoreError(
+        "IO_ERROR",
+        `The commit-log ${operation} failed: ${String(error)}`,
+        { cause: error },
+      );
+    }
+    for (const waiter of this.#flushWaiters) waiter.reject(this.#failure);
+    this.#flushWaiters = [];
+    this.#wakeProgress();
+  }
+}

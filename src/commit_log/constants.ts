@@ -1,0 +1,97 @@
+/**
+ * Constants of the commit-log layer, with load-time checks of their
+ * relations.
+ *
+ * @module
+ */
+
+import { assert } from "../assert.ts";
+import { BLANK_RECORD_SIZE_BYTES } from "../record/mod.ts";
+
+/**
+ * Room a segment must keep after a record for the BLANK that may end it: a
+ * record is storable only if `totalSize + 8 ≤ segment size`.
+ */
+export const END_OF_FILE_RESERVE_BYTES: number = BLANK_RECORD_SIZE_BYTES;
+
+/**
+ * Default bound on bytes appended but not yet durable (mqstore's
+ * `unflushedBytesMax`): 512 MiB. Past it puts wait for the flusher (or
+ * answer OS_PAGECACHE_BUSY) instead of letting the kernel's dirty-page
+ * throttling freeze the event loop inside a page fault.
+ */
+export const UNFLUSHED_BYTES_MAX_DEFAULT = 0x2000_0000;
+
+/** How often disk use is compared with `diskMaxUsedSpaceRatio` by default. */
+export const DISK_SPACE_CHECK_INTERVAL_MS_DEFAULT = 1_000;
+
+/** Attempts of the final flush (and commit) on close, as RocketMQ's `RETRY_TIMES_OVER`. */
+export const FINAL_FLUSH_ATTEMPTS = 10;
+
+/** Size of the checkpoint file (SPEC §7). */
+export const CHECKPOINT_SIZE_BYTES = 0x1000;
+
+/** Position of `physicMsgTimestamp` in the checkpoint. */
+export const CHECKPOINT_PHYSIC_TIMESTAMP_POSITION = 0x00;
+/** Position of `logicsMsgTimestamp` in the checkpoint. */
+export const CHECKPOINT_LOGICS_TIMESTAMP_POSITION = 0x08;
+/** Position of `indexMsgTimestamp` in the checkpoint. */
+export const CHECKPOINT_INDEX_TIMESTAMP_POSITION = 0x10;
+/** Position of mqstore's own block (RocketMQ reads nothing from here on). */
+export const CHECKPOINT_EXTENSION_POSITION = 0x18;
+/** Magic of mqstore's block: ASCII "MQSC". */
+export const CHECKPOINT_EXTENSION_MAGIC = 0x4D515343;
+/** Version of mqstore's block. */
+export const CHECKPOINT_EXTENSION_VERSION = 0x01;
+/** Position of the flushed commit-log offset (int64). */
+export const CHECKPOINT_COMMIT_LOG_OFFSET_POSITION = 0x20;
+/** Position of the flushed consume-queue offset (int64, a commit-log offset). */
+export const CHECKPOINT_CONSUME_QUEUE_OFFSET_POSITION = 0x28;
+/** Position of the flushed index offset (int64, a commit-log offset). */
+export const CHECKPOINT_INDEX_OFFSET_POSITION = 0x30;
+/** Position of the CRC-32 of `[0x18, 0x38)`. */
+export const CHECKPOINT_EXTENSION_CRC_POSITION = 0x38;
+/** End of mqstore's block. */
+export const CHECKPOINT_EXTENSION_END = 0x3C;
+
+/**
+ * Upper bounds (exclusive, ms) of RocketMQ's `putMessageDistributeTime`
+ * buckets: `<=0ms`, `0~10ms`, `10~50ms`, `50~100ms`, `100~200ms`,
+ * `200~500ms`, `500ms~1s`, and `>1s` for the rest.
+ */
+export const PUT_LATENCY_BUCKET_LIMITS_MS: readonly number[] = Object.freeze([
+  0,
+  10,
+  50,
+  100,
+  200,
+  500,
+  1_000,
+]);
+
+/** Labels of the put-latency buckets, RocketMQ's spellings. */
+export const PUT_LATENCY_BUCKET_LABELS: readonly string[] = Object.freeze([
+  "<=0ms",
+  "0~10ms",
+  "10~50ms",
+  "50~100ms",
+  "100~200ms",
+  "200~500ms",
+  "500ms~1s",
+  ">1s",
+]);
+
+assert(END_OF_FILE_RESERVE_BYTES === 8, "a BLANK is 8 bytes");
+assert(
+  PUT_LATENCY_BUCKET_LABELS.length === PUT_LATENCY_BUCKET_LIMITS_MS.length + 1,
+  "one label per bucket, the last open-ended",
+);
+assert(
+  CHECKPOINT_EXTENSION_END <= CHECKPOINT_SIZE_BYTES &&
+    CHECKPOINT_EXTENSION_POSITION === CHECKPOINT_INDEX_TIMESTAMP_POSITION + 8,
+  "mqstore's checkpoint block follows RocketMQ's three timestamps inside 4 KiB",
+);
+assert(
+  CHECKPOINT_EXTENSION_CRC_POSITION === CHECKPOINT_INDEX_OFFSET_POSITION + 8,
+  "the CRC follows the last offset",
+);

@@ -1,0 +1,169 @@
+/**
+ * FlushRealTimeService (SPEC §6): makes the commit log durable in the
+ * background under ASYNC_FLUSH, with or without the transient store pool.
+ *
+ * ```
+ * loop: leastPages = flushCommitLogLeastPages, or 0 once per thorough interval
+ *       sleep flushIntervalCommitLog (timed) or until a put wakes it
+ *       queue.flush(leastPages) off the JS thread → checkpoint timestamp
+ * close: stop the loop, then flush(0) until everything is durable (retried)
+ * ```
+ *
+ * A failed flush is not swallowed: the loop stops and reports it through
+ * `onError` (the store then refuses writes).
+ *
+ * @module
+ */
+
+import type { Clock } from "../segment/clock.ts";
+import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
+import { FINAL_FLUSH_ATTEMPTS } from "./constants.ts";
+import type { StoreCheckpoint } from "./store_checkpoint.ts";
+import type { StoreStats } from "./store_stats.ts";
+import { Wakeup } from "./_wakeup.ts";
+
+/** Options of {@link FlushRealTimeService}. */
+export interface FlushRealTimeServiceOptions {
+  /** The commit-log segments. */
+  queue: MappedFileQueue;
+  /** Time and timers. */
+  clock: Clock;
+  /** Sleep between flushes (`flushIntervalCommitLog`). */
+  intervalMs: number;
+  /** Whole 4 KiB pages a flush waits for (`flushCommitLogLeastPages`). */
+  leastPages: number;
+  /** Everything is flushed at least this often (`flushCommitLogThoroughInterval`). */
+  thoroughIntervalMs: number;
+  /** Sleep the full interval (true) or wake on every put (false) (`flushCommitLogTimed`). */
+  timed: boolean;
+  /** Receives physicMsgTimestamp and the flushed offset; written at thorough flushes. */
+  checkpoint: StoreCheckpoint;
+  /** Flush counters. */
+  stats: StoreStats;
+  /** Called after each flush that moved the flushed offset. */
+  onFlushed(flushedWhere: number): void;
+  /** Called once when a flush fails; the service stops flushing. */
+  onError(error: unknown): void;
+}
+
+/**
+ * The background flusher of ASYNC_FLUSH.
+ *
+ * @example
+ * ```ts
+ * import { createPort } from "../runtime/mod.ts";
+ * import { ManualClock } from "../segment/clock.ts";
+ * import { MappedFileQueue } from "../segment/mapped_file_queue.ts";
+ * import { FlushRealTimeService } from "./flush_real_time_service.ts";
+ * import { StoreCheckpoint } from "./store_checkpoint.ts";
+ * import { StoreStats } from "./store_stats.ts";
+ *
+ * const port = await createPort({ adapter: "memory" });
+ * const queue = new MappedFileQueue({ port, directory: "/s/commitlog", fileSizeBytes: 0x1_0000 });
+ * await queue.load();
+ * (await queue.getOrCreateLastMappedFile(0)).appendBytes(new Uint8Array(100));
+ * const clock = new ManualClock();
+ * const flusher = new FlushRealTimeService({
+ *   queue, clock, intervalMs: 500, leastPages: 0, thoroughIntervalMs: 10_000, timed: true,
+ *   checkpoint: await StoreCheckpoint.load(port, "/s/checkpoint"), stats: new StoreStats(),
+ *   onFlushed: (offset) => console.log("durable up to", offset), onError: console.error,
+ * });
+ * flusher.start();
+ * clock.advance(500); // the flush runs off the JS thread, then onFlushed(100)
+ * await flusher.close(); // final flush
+ * await queue.close();
+ * ```
+ */
+export class FlushRealTimeService {
+  #options: FlushRealTimeServiceOptions;
+  #wakeup: Wakeup;
+  /** The running loop. */
+  #loop: Promise<void> | undefined;
+  #stopped = false;
+  #closing: Promise<void> | undefined;
+  /** The error that stopped the loop. */
+  #failure: unknown;
+  #lastThoroughMs: number;
+
+  /** @param options Queue, timing and hooks. */
+  constructor(options: FlushRealTimeServiceOptions) {
+    this.#options = options;
+    this.#wakeup = new Wakeup(options.clock);
+    this.#lastThoroughMs = options.clock.nowMs();
+  }
+
+  /** Starts the loop. */
+  start(): void {
+    if (this.#loop !== undefined || this.#stopped) return;
+    this.#loop = this.#run();
+  }
+
+  /** Ends the current sleep (a put under `flushCommitLogTimed: false`, a commit, backpressure). */
+  wakeup(): void {
+    this.#wakeup.wake();
+  }
+
+  /** Whether a flush failed (the service no longer flushes). */
+  get failed(): boolean {
+    return this.#failure !== undefined;
+  }
+
+  /**
+   * Stops the loop and flushes everything, retrying a flush that makes no
+   * progress. Idempotent.
+   *
+   * @throws The flush error, when the final flush fails.
+   */
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    this.#stopped = true;
+    this.#wakeup.wake();
+    await this.#loop;
+    const { queue } = this.#options;
+    for (let attempt = 0; attempt < FINAL_FLUSH_ATTEMPTS; attempt++) {
+      if (queue.flushedWhere >= queue.maxOffset) break;
+      await this.#flush(0);
+    }
+  }
+
+  async #run(): Promise<void> {
+    const options = this.#options;
+    while (!this.#stopped) {
+      let leastPages = options.leastPages;
+      const now = options.clock.nowMs();
+      if (now >= this.#lastThoroughMs + options.thoroughIntervalMs) {
+        this.#lastThoroughMs = now;
+        leastPages = 0;
+      }
+      await this.#wakeup.sleep(options.intervalMs);
+      if (this.#stopped) break;
+      try {
+        // The checkpoint file is rewritten at thorough flushes that moved
+        // data (close writes it too), not at every interval.
+        if (await this.#flush(leastPages) && leastPages === 0) await options.checkpoint.flush();
+      } catch (error) {
+        this.#failure = error;
+        options.onError(error);
+        return;
+      }
+    }
+  }
+
+  /** One flush; returns whether the flushed offset moved. */
+  async #flush(leastPages: number): Promise<boolean> {
+    const { queue, clock, stats, checkpoint } = this.#options;
+    const startMs = clock.nowMs();
+    const moved = await queue.flush(leastPages);
+    if (!moved) return false;
+    stats.recordFlush(clock.nowMs() - startMs);
+    const timestamp = queue.storeTimestampMs;
+    if (timestamp > 0) checkpoint.physicMsgTimestamp = timestamp;
+    checkpoint.commitLogOffset = queue.flushedWhere;
+    this.#options.onFlushed(queue.flushedWhere);
+    return true;
+  }
+}

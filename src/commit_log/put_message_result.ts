@@ -1,0 +1,137 @@
+/**
+ * What a put answers (SPEC §4): a {@link PutMessageResult} with RocketMQ's
+ * status spellings, an {@link MqStoreError} when the status is not
+ * `PUT_OK`, and the {@link AppendMessageResult} of the append when the
+ * message reached the log.
+ *
+ * @module
+ */
+
+import type { MqStoreError } from "../errors.ts";
+import { offsetMsgIdOf, parseHostAddress } from "../record/mod.ts";
+
+/** The outcome of a put, RocketMQ's `PutMessageStatus`. */
+export type PutMessageStatus =
+  | "PUT_OK"
+  | "FLUSH_DISK_TIMEOUT"
+  | "FLUSH_SLAVE_TIMEOUT"
+  | "SLAVE_NOT_AVAILABLE"
+  | "SERVICE_NOT_AVAILABLE"
+  | "CREATE_MAPEDFILE_FAILED"
+  | "MESSAGE_ILLEGAL"
+  | "PROPERTIES_SIZE_EXCEEDED"
+  | "OS_PAGECACHE_BUSY"
+  | "UNKNOWN_ERROR";
+
+/** The outcome of placing records in a segment, RocketMQ's `AppendMessageStatus`. */
+export type AppendMessageStatus =
+  | "PUT_OK"
+  | "END_OF_FILE"
+  | "MESSAGE_SIZE_EXCEEDED"
+  | "PROPERTIES_SIZE_EXCEEDED"
+  | "UNKNOWN_ERROR";
+
+/**
+ * Where a message (or a batch) was appended. `msgId` is computed on first
+ * read: most producers never look at it.
+ *
+ * @example
+ * ```ts
+ * import { AppendMessageResult } from "./put_message_result.ts";
+ *
+ * const result = new AppendMessageResult(176, 95, 1700000000000, 3, 1, "127.0.0.1:10911");
+ * console.log(result.msgId); // "7F00000100002A9F00000000000000B0"
+ * ```
+ */
+export class AppendMessageResult {
+  /** Always `PUT_OK` on a result a put hands out. */
+  readonly status: AppendMessageStatus;
+  /** Commit-log offset of the first record. */
+  readonly wroteOffset: number;
+  /** Bytes of the record(s). */
+  readonly wroteBytes: number;
+  /** Store timestamp written into the record(s), ms. */
+  readonly storeTimestamp: number;
+  /** Queue offset of the (first) message; 0 for PREPARED and ROLLBACK. */
+  readonly queueOffset: number;
+  /** Number of messages (1, or the batch size). */
+  readonly messageCount: number;
+  /** The store host as written, `"ip:port"`. */
+  readonly #storeHost: string;
+  /** Offsets of the records of a batch after the first (undefined for one message). */
+  readonly #batchOffsets: number[] | undefined;
+  #msgId: string | undefined;
+
+  /**
+   * @param wroteOffset Offset of the first record.
+   * @param wroteBytes Bytes written.
+   * @param storeTimestamp Store timestamp, ms.
+   * @param queueOffset Queue offset of the first message.
+   * @param messageCount Messages written.
+   * @param storeHost Store host text, for the msgId.
+   * @param batchOffsets Offsets of every record of a batch, in order.
+   */
+  constructor(
+    wroteOffset: number,
+    wroteBytes: number,
+    storeTimestamp: number,
+    queueOffset: number,
+    messageCount: number,
+    storeHost: string,
+    batchOffsets?: number[],
+  ) {
+    this.status = "PUT_OK";
+    this.wroteOffset = wroteOffset;
+    this.wroteBytes = wroteBytes;
+    this.storeTimestamp = storeTimestamp;
+    this.queueOffset = queueOffset;
+    this.messageCount = messageCount;
+    this.#storeHost = storeHost;
+    this.#batchOffsets = batchOffsets;
+  }
+
+  /**
+   * The offsetMsgId (store host + offset, uppercase hex); for a batch the
+   * ids of every message joined by commas, as RocketMQ does.
+   */
+  get msgId(): string {
+    if (this.#msgId === undefined) {
+      const host = parseHostAddress(this.#storeHost);
+      // The host was validated when the record was encoded.
+      const field = new Uint8Array(host!.ip.length + 4);
+      field.set(host!.ip, 0);
+      new DataView(field.buffer).setInt32(host!.ip.length, host!.port);
+      const offsets = this.#batchOffsets ?? [this.wroteOffset];
+      this.#msgId = offsets.map((offset) => offsetMsgIdOf(field, 0, field.length, offset))
+        .join(",");
+    }
+    return this.#msgId;
+  }
+
+  /** A plain object with every field (msgId included), for logs and JSON. */
+  toJSON(): Record<string, unknown> {
+    return {
+      status: this.status,
+      wroteOffset: this.wroteOffset,
+      wroteBytes: this.wroteBytes,
+      msgId: this.msgId,
+      storeTimestamp: this.storeTimestamp,
+      queueOffset: this.queueOffset,
+      messageCount: this.messageCount,
+    };
+  }
+}
+
+/** What `putMessage` and `putMessages` resolve with. */
+export interface PutMessageResult {
+  /** The outcome. */
+  status: PutMessageStatus;
+  /** Why, when the status is not `PUT_OK`. */
+  error?: MqStoreError;
+  /**
+   * Where the message went: present when it reached the log (also with
+   * `FLUSH_DISK_TIMEOUT`, where it stays stored but was not confirmed
+   * durable in time).
+   */
+  appendResult?: AppendMessageResult;
+}

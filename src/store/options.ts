@@ -1,0 +1,394 @@
+/**
+ * Options of `MessageStore.open` (SPEC §9): RocketMQ's setting names, its
+ * spellings included, so a `broker.conf` ports over; times in ms, sizes in
+ * bytes. mqstore's own settings follow them.
+ *
+ * @module
+ */
+
+import type { FlushDiskType } from "../commit_log/commit_log.ts";
+import {
+  DISK_SPACE_CHECK_INTERVAL_MS_DEFAULT,
+  UNFLUSHED_BYTES_MAX_DEFAULT,
+} from "../commit_log/constants.ts";
+import { MqStoreError } from "../errors.ts";
+import { DELAY_LEVELS_DEFAULT_MS, MAX_MESSAGE_SIZE_DEFAULT_BYTES } from "../record/mod.ts";
+import type { AdapterName, RuntimePort } from "../runtime/port.ts";
+import { type Clock, systemClock } from "../segment/clock.ts";
+
+export type { FlushDiskType };
+
+/** Options of `MessageStore.open`. */
+export interface MessageStoreOptions {
+  /**
+   * Size of each commit-log segment, bytes; below 2 GiB.
+   *
+   * @default {1073741824}
+   */
+  mappedFileSizeCommitLog?: number;
+  /**
+   * `ASYNC_FLUSH`: a put is answered once appended; a background service
+   * makes it durable. `SYNC_FLUSH`: a put is answered once durable.
+   *
+   * @default {"ASYNC_FLUSH"}
+   */
+  flushDiskType?: FlushDiskType;
+  /**
+   * Interval of the async flusher, ms.
+   *
+   * @default {500}
+   */
+  flushIntervalCommitLog?: number;
+  /**
+   * Whole 4 KiB pages the async flusher waits for.
+   *
+   * @default {4}
+   */
+  flushCommitLogLeastPages?: number;
+  /**
+   * The async flusher flushes everything at least this often, ms.
+   *
+   * @default {10000}
+   */
+  flushCommitLogThoroughInterval?: number;
+  /**
+   * The async flusher sleeps the full interval (true) or is woken by every
+   * put (false).
+   *
+   * @default {true}
+   */
+  flushCommitLogTimed?: boolean;
+  /**
+   * Interval of the committer (transient store pool), ms.
+   *
+   * @default {200}
+   */
+  commitIntervalCommitLog?: number;
+  /**
+   * Whole 4 KiB pages the committer waits for.
+   *
+   * @default {4}
+   */
+  commitCommitLogLeastPages?: number;
+  /**
+   * The committer commits everything at least this often, ms.
+   *
+   * @default {200}
+   */
+  commitCommitLogThoroughInterval?: number;
+  /**
+   * How long a SYNC_FLUSH put waits for its flush before it is answered
+   * FLUSH_DISK_TIMEOUT (the message stays stored), ms.
+   *
+   * @default {5000}
+   */
+  syncFlushTimeout?: number;
+  /**
+   * Largest body, record and batch, bytes.
+   *
+   * @default {4194304}
+   */
+  maxMessageSize?: number;
+  /**
+   * Append into segment-sized heap buffers, committed into the files by a
+   * background service. ASYNC_FLUSH only: SYNC_FLUSH with the pool is
+   * refused at open.
+   *
+   * @default {false}
+   */
+  transientStorePoolEnable?: boolean;
+  /**
+   * Buffers in the pool.
+   *
+   * @default {5}
+   */
+  transientStorePoolSize?: number;
+  /**
+   * Pre-fault each new segment (under `MADV_RANDOM`) off the JavaScript
+   * thread before it is written.
+   *
+   * @default {false}
+   */
+  warmMapedFileEnable?: boolean;
+  /**
+   * Longest time a put waits for the flusher to catch up (see
+   * `unflushedBytesMax`) before it is answered OS_PAGECACHE_BUSY, ms.
+   *
+   * @default {1000}
+   */
+  osPageCacheBusyTimeOutMills?: number;
+  /**
+   * Disk use (percent of the file system holding the store) above which
+   * puts are refused with SERVICE_NOT_AVAILABLE; accepted again once use
+   * falls back under it.
+   *
+   * @default {75}
+   */
+  diskMaxUsedSpaceRatio?: number;
+  /**
+   * Verify body CRCs when recovering.
+   *
+   * @default {true}
+   */
+  checkCRCOnRecover?: boolean;
+  /**
+   * Delay levels (RocketMQ's `messageDelayLevel`, e.g. `"1s 5s 10s"`); the
+   * number of levels is the highest level a DELAY is clamped to.
+   *
+   * @default {"1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"}
+   */
+  messageDelayLevel?: string;
+
+  // mqstore's own settings.
+
+  /**
+   * Open without the lock, without the `abort` marker, and without any
+   * write: every put is refused. Usable beside a live writer.
+   *
+   * @default {false}
+   */
+  readOnly?: boolean;
+  /**
+   * The runtime adapter (see `createPort`); ignored when `port` is given.
+   *
+   * @default {"auto"}
+   */
+  adapter?: AdapterName | "auto";
+  /**
+   * A runtime port to use instead of creating one (tests: a `MemoryPort`).
+   *
+   * @default {undefined}
+   */
+  port?: RuntimePort;
+  /**
+   * Time, timers and store timestamps (tests: a `ManualClock`).
+   *
+   * @default {systemClock}
+   */
+  clock?: Clock;
+  /**
+   * Bound on bytes appended but not yet durable; past it puts wait for the
+   * flusher (and answer OS_PAGECACHE_BUSY after `osPageCacheBusyTimeOutMills`).
+   *
+   * @default {536870912}
+   */
+  unflushedBytesMax?: number;
+  /**
+   * How often disk use is compared with `diskMaxUsedSpaceRatio`, ms.
+   *
+   * @default {1000}
+   */
+  diskSpaceCheckIntervalMs?: number;
+  /**
+   * Create segments sparse (no `posix_fallocate`): tests only, a full disk
+   * then becomes SIGBUS.
+   *
+   * @default {false}
+   */
+  sparseFiles?: boolean;
+  /**
+   * Receives warnings (recovery skipped a bad segment, mlock refused).
+   *
+   * @default {console.warn}
+   */
+  onWarning?: (message: string) => void;
+}
+
+/** Every option with its default applied. */
+export interface ResolvedStoreOptions extends Required<Omit<MessageStoreOptions, "port">> {
+  /** The port, when given. */
+  port: RuntimePort | undefined;
+  /** The parsed delay levels, ms. */
+  delayLevelsMs: number[];
+}
+
+const TIME_UNITS_MS: Readonly<Record<string, number>> = {
+  s: 1_000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+
+/**
+ * Parses RocketMQ's `messageDelayLevel` text into ms per level.
+ *
+ * @example
+ * ```ts
+ * import { parseDelayLevels } from "./options.ts";
+ *
+ * console.log(parseDelayLevels("1s 5s 1m 2h")); // [1000, 5000, 60000, 7200000]
+ * ```
+ */
+export function parseDelayLevels(text: string): number[] {
+  const levels = text.trim().split(/\s+/).map((part) => {
+    const match = /^([0-9]+)([smhd])$/.exec(part);
+    if (match === null) {
+      throw new RangeError(`messageDelayLevel part "${part}" is not a number and s, m, h or d`);
+    }
+    return Number(match[1]) * TIME_UNITS_MS[match[2]!]!;
+  });
+  if (levels.length === 0) throw new RangeError("messageDelayLevel lists no level");
+  return levels;
+}
+
+function integer(name: string, value: unknown, min: number, max: number): number {
+  if (typeof value !== "number") {
+    throw new TypeError(`${name} must be a number, not ${typeof value}`);
+  }
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw new RangeError(`${name} is ${value}; it must be an integer from ${min} to ${max}`);
+  }
+  return value;
+}
+
+function boolean(name: string, value: unknown): boolean {
+  if (typeof value !== "boolean") {
+    throw new TypeError(`${name} must be a boolean, not ${typeof value}`);
+  }
+  return value;
+}
+
+/** Largest segment: positions are int32 in the record format and the port. */
+const SEGMENT_SIZE_MAX_BYTES = 0x7FFF_F000;
+
+/**
+ * Applies defaults and checks every option.
+ *
+ * @example
+ * ```ts
+ * import { resolveOptions } from "./options.ts";
+ *
+ * const resolved = resolveOptions({ flushDiskType: "SYNC_FLUSH" });
+ * console.log(resolved.syncFlushTimeout, resolved.delayLevelsMs.length); // 5000 18
+ * ```
+ *
+ * @throws {TypeError} For an option of the wrong type.
+ * @throws {RangeError} For a value out of range.
+ * @throws {MqStoreError} `UNSUPPORTED` for SYNC_FLUSH with the transient store pool.
+ */
+export function resolveOptions(options: MessageStoreOptions = {}): ResolvedStoreOptions {
+  if (typeof options !== "object" || options === null) {
+    throw new TypeError(`Options must be an object, not ${typeof options}`);
+  }
+  const flushDiskType = options.flushDiskType ?? "ASYNC_FLUSH";
+  if (flushDiskType !== "ASYNC_FLUSH" && flushDiskType !== "SYNC_FLUSH") {
+    throw new RangeError(`flushDiskType is "${flushDiskType}"; use "ASYNC_FLUSH" or "SYNC_FLUSH"`);
+  }
+  const transientStorePoolEnable = boolean(
+    "transientStorePoolEnable",
+    options.transientStorePoolEnable ?? false,
+  );
+  if (transientStorePoolEnable && flushDiskType === "SYNC_FLUSH") {
+    throw new MqStoreError(
+      "UNSUPPORTED",
+      "transientStorePoolEnable needs flushDiskType ASYNC_FLUSH: under SYNC_FLUSH the pool would be ignored (RocketMQ ignores it silently)",
+    );
+  }
+  const day = 86_400_000;
+  const mappedFileSizeCommitLog = integer(
+    "mappedFileSizeCommitLog",
+    options.mappedFileSizeCommitLog ?? 0x4000_0000,
+    0x1000,
+    SEGMENT_SIZE_MAX_BYTES,
+  );
+  const messageDelayLevel = options.messageDelayLevel ??
+    DELAY_LEVELS_DEFAULT_MS.map((ms) =>
+      ms % 3_600_000 === 0
+        ? `${ms / 3_600_000}h`
+        : ms % 60_000 === 0
+        ? `${ms / 60_000}m`
+        : `${ms / 1000}s`
+    ).join(" ");
+  const onWarning = options.onWarning ?? ((message: string) => console.warn(message));
+  if (typeof onWarning !== "function") throw new TypeError("onWarning must be a function");
+  const adapter = options.adapter ?? "auto";
+  return {
+    mappedFileSizeCommitLog,
+    flushDiskType,
+    flushIntervalCommitLog: integer(
+      "flushIntervalCommitLog",
+      options.flushIntervalCommitLog ?? 500,
+      0,
+      day,
+    ),
+    flushCommitLogLeastPages: integer(
+      "flushCommitLogLeastPages",
+      options.flushCommitLogLeastPages ?? 4,
+      0,
+      0x10_0000,
+    ),
+    flushCommitLogThoroughInterval: integer(
+      "flushCommitLogThoroughInterval",
+      options.flushCommitLogThoroughInterval ?? 10_000,
+      0,
+      day,
+    ),
+    flushCommitLogTimed: boolean("flushCommitLogTimed", options.flushCommitLogTimed ?? true),
+    commitIntervalCommitLog: integer(
+      "commitIntervalCommitLog",
+      options.commitIntervalCommitLog ?? 200,
+      0,
+      day,
+    ),
+    commitCommitLogLeastPages: integer(
+      "commitCommitLogLeastPages",
+      options.commitCommitLogLeastPages ?? 4,
+      0,
+      0x10_0000,
+    ),
+    commitCommitLogThoroughInterval: integer(
+      "commitCommitLogThoroughInterval",
+      options.commitCommitLogThoroughInterval ?? 200,
+      0,
+      day,
+    ),
+    syncFlushTimeout: integer("syncFlushTimeout", options.syncFlushTimeout ?? 5_000, 1, day),
+    maxMessageSize: integer(
+      "maxMessageSize",
+      options.maxMessageSize ?? MAX_MESSAGE_SIZE_DEFAULT_BYTES,
+      0x100,
+      0x4000_0000,
+    ),
+    transientStorePoolEnable,
+    transientStorePoolSize: integer(
+      "transientStorePoolSize",
+      options.transientStorePoolSize ?? 5,
+      2,
+      0x400,
+    ),
+    warmMapedFileEnable: boolean("warmMapedFileEnable", options.warmMapedFileEnable ?? false),
+    osPageCacheBusyTimeOutMills: integer(
+      "osPageCacheBusyTimeOutMills",
+      options.osPageCacheBusyTimeOutMills ?? 1_000,
+      0,
+      day,
+    ),
+    diskMaxUsedSpaceRatio: integer(
+      "diskMaxUsedSpaceRatio",
+      options.diskMaxUsedSpaceRatio ?? 75,
+      10,
+      95,
+    ),
+    checkCRCOnRecover: boolean("checkCRCOnRecover", options.checkCRCOnRecover ?? true),
+    messageDelayLevel,
+    delayLevelsMs: parseDelayLevels(messageDelayLevel),
+    readOnly: boolean("readOnly", options.readOnly ?? false),
+    adapter,
+    port: options.port,
+    clock: options.clock ?? systemClock,
+    unflushedBytesMax: integer(
+      "unflushedBytesMax",
+      options.unflushedBytesMax ?? UNFLUSHED_BYTES_MAX_DEFAULT,
+      0x1000,
+      Number.MAX_SAFE_INTEGER,
+    ),
+    diskSpaceCheckIntervalMs: integer(
+      "diskSpaceCheckIntervalMs",
+      options.diskSpaceCheckIntervalMs ?? DISK_SPACE_CHECK_INTERVAL_MS_DEFAULT,
+      1,
+      day,
+    ),
+    sparseFiles: boolean("sparseFiles", options.sparseFiles ?? false),
+    onWarning,
+  };
+}

@@ -1,0 +1,277 @@
+/**
+ * Helpers of the commit-log and message-store tests: stores on a memory
+ * port with a manual clock, reading the records back from the files, file
+ * snapshots, and a port whose flushes can be held.
+ *
+ * @module
+ */
+
+import { MessageStore } from "../src/store/message_store.ts";
+import type { MessageStoreOptions } from "../src/store/options.ts";
+import { type DecodedMessage, decodeRecord } from "../src/record/mod.ts";
+import { MemoryPort } from "../src/runtime/mod.ts";
+import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
+import { runtimeName } from "../src/runtime/info.ts";
+import { ManualClock } from "../src/segment/clock.ts";
+
+/** 64 KiB segments: small enough to roll often. */
+export const SEGMENT_BYTES = 0x1_0000;
+
+/** A test store on a memory port. */
+export interface MemoryStoreEnv {
+  store: MessageStore;
+  port: MemoryPort;
+  clock: ManualClock;
+  directory: string;
+  options: MessageStoreOptions;
+  /** Opens the same directory again (after close or crash) with the same options plus `extra`. */
+  reopen(extra?: MessageStoreOptions): Promise<MessageStore>;
+}
+
+let storeCount = 0;
+
+/**
+ * Opens a store on a fresh MemoryPort with a ManualClock and 64 KiB
+ * segments. `options.port` may wrap `port` (a gated port); `port` stays the
+ * one that can crash.
+ */
+export async function openMemoryStore(
+  options: MessageStoreOptions = {},
+  port: MemoryPort = new MemoryPort(runtimeName()),
+): Promise<MemoryStoreEnv> {
+  const clock = options.clock instanceof ManualClock
+    ? options.clock
+    : new ManualClock(1_700_000_000_000);
+  const directory = `/store-${++storeCount}`;
+  const full: MessageStoreOptions = {
+    mappedFileSizeCommitLog: SEGMENT_BYTES,
+    maxMessageSize: 0x2000,
+    onWarning: () => {},
+    ...options,
+    port: options.port ?? port,
+    clock,
+  };
+  const store = await MessageStore.open(directory, full);
+  return {
+    store,
+    port,
+    clock,
+    directory,
+    options: full,
+    reopen: (extra = {}) => MessageStore.open(directory, { ...full, ...extra }),
+  };
+}
+
+/** A body of `length` bytes derived from `seed`. */
+export function body(length: number, seed = 1): Uint8Array {
+  const bytes = new Uint8Array(length);
+  let x = seed | 1;
+  for (let i = 0; i < length; i++) {
+    x = (Math.imul(x, 1103515245) + 12345) | 0;
+    bytes[i] = x >>> 24;
+  }
+  return bytes;
+}
+
+/** A record read back from the commit-log files. */
+export interface StoredRecord {
+  offset: number;
+  message: DecodedMessage;
+}
+
+/** Names of the segments of `<directory>/commitlog`, sorted. */
+export async function segmentNames(port: RuntimePort, directory: string): Promise<string[]> {
+  const names = await port.list(`${directory}/commitlog`).catch(() => [] as string[]);
+  return names.filter((name) => /^[0-9]{20}$/.test(name));
+}
+
+/**
+ * Decodes every record of the commit log from the files (through the
+ * port's reads, not the store), following BLANKs, until the end of data.
+ *
+ * @throws When an invalid record is found before the end.
+ */
+export async function readRecords(port: RuntimePort, directory: string): Promise<StoredRecord[]> {
+  const records: StoredRecord[] = [];
+  for (const name of await segmentNames(port, directory)) {
+    const bytes = await port.readFile(`${directory}/commitlog/${name}`);
+    if (bytes === undefined) throw new Error(`segment ${name} vanished`);
+    const start = Number(name);
+    let position = 0;
+    while (position < bytes.length) {
+      const result = decodeRecord(bytes, position, { expectedOffset: start + position });
+      if (result.kind === "message") {
+        // Copy: the buffer is reused by nothing, but keep records independent.
+        records.push({ offset: start + position, message: result.message });
+        position += result.size;
+      } else if (result.kind === "blank") {
+        position = bytes.length;
+      } else if (result.kind === "end") {
+        return records;
+      } else {
+        throw new Error(`invalid record at ${start + position}: ${result.reason} ${result.detail}`);
+      }
+    }
+  }
+  return records;
+}
+
+/** Every file under `directory` with its bytes (copies), keyed by path. */
+export async function snapshotFiles(
+  port: RuntimePort,
+  directory: string,
+): Promise<Map<string, Uint8Array>> {
+  const files = new Map<string, Uint8Array>();
+  const walk = async (path: string) => {
+    for (const name of await port.list(path)) {
+      const child = `${path}/${name}`;
+      const stat = await port.stat(child);
+      if (stat?.isDirectory === true) await walk(child);
+      else files.set(child, (await port.readFile(child))!.slice());
+    }
+  };
+  await walk(directory);
+  return files;
+}
+
+/** A port whose flushes (`Mapping.sync`, `FileHandle.datasync`) wait while held. */
+export interface GatedPort {
+  port: RuntimePort;
+  /** Flushes started from now on wait. */
+  hold(): void;
+  /** Lets waiting and later flushes run. */
+  release(): void;
+  /** Flushes waiting now. */
+  readonly waiting: number;
+}
+
+/** Wraps `inner` so its flushes can be held (to simulate a slow disk). */
+export function gatedPort(inner: RuntimePort): GatedPort {
+  let held = false;
+  let waiters: Array<() => void> = [];
+  const gate = (): Promise<void> =>
+    held ? new Promise<void>((resolve) => waiters.push(resolve)) : Promise.resolve();
+  const wrapMapping = (mapping: Mapping): Mapping =>
+    new Proxy(mapping, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (typeof value !== "function") return value;
+        if (key === "sync") {
+          return async (...args: unknown[]) => {
+            await gate();
+            return value.apply(target, args);
+          };
+        }
+        return value.bind(target);
+      },
+    });
+  const wrapHandle = (handle: FileHandle): FileHandle =>
+    new Proxy(handle, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (typeof value !== "function") return value;
+        if (key === "map") {
+          return async (...args: unknown[]) => wrapMapping(await value.apply(target, args));
+        }
+        if (key === "datasync") {
+          return async () => {
+            await gate();
+            return value.apply(target, []);
+          };
+        }
+        return value.bind(target);
+      },
+    });
+  const port = new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile" || key === "openFile") {
+        return async (...args: unknown[]) => wrapHandle(await value.apply(target, args));
+      }
+      return value.bind(target);
+    },
+  });
+  return {
+    port,
+    hold: () => {
+      held = true;
+    },
+    release: () => {
+      held = false;
+      const list = waiters;
+      waiters = [];
+      for (const wake of list) wake();
+    },
+    get waiting() {
+      return waiters.length;
+    },
+  };
+}
+
+/** Lets queued callbacks and I/O completions run (to check something did NOT happen). */
+export async function settle(): Promise<void> {
+  for (let i = 0; i < 10; i++) await new Promise<void>((resolve) => setImmediate(resolve));
+}
+
+/**
+ * Waits (on observable progress, bounded) until `<directory>/commitlog`
+ * holds `count` segments: the allocator's segment prepared ahead is done,
+ * so a fault armed now hits the put path and not the allocation.
+ */
+export async function waitForSegments(
+  port: RuntimePort,
+  directory: string,
+  count: number,
+): Promise<void> {
+  for (let turn = 0; turn < 10_000; turn++) {
+    if ((await segmentNames(port, directory)).length >= count) return;
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  throw new Error(`${directory} never reached ${count} segments`);
+}
+
+/** A port that can be killed: after {@link KillablePort.kill} every call fails, as in a dead process. */
+export interface KillablePort {
+  port: RuntimePort;
+  /** Makes every later call on the port, its files and mappings throw. */
+  kill(): void;
+}
+
+/**
+ * Wraps `inner` so a crashed store cannot keep writing to the "rebooted"
+ * memory port (a real crash ends the process; here its promises live on).
+ */
+export function killablePort(inner: RuntimePort): KillablePort {
+  let dead = false;
+  const check = (name: string) => {
+    if (dead) throw new Error(`${name}: the process is dead (simulated crash)`);
+  };
+  const wrap = <T extends object>(target: T): T =>
+    new Proxy(target, {
+      get(object, key) {
+        const value = Reflect.get(object, key);
+        if (typeof value !== "function") return value;
+        return (...args: unknown[]) => {
+          check(String(key));
+          const result = value.apply(object, args);
+          if (result instanceof Promise) {
+            return result.then((resolved: unknown) => {
+              check(String(key));
+              return typeof resolved === "object" && resolved !== null &&
+                  !(resolved instanceof Uint8Array) && !Array.isArray(resolved)
+                ? wrap(resolved)
+                : resolved;
+            });
+          }
+          return result;
+        };
+      },
+    });
+  return {
+    port: wrap(inner),
+    kill: () => {
+      dead = true;
+    },
+  };
+}
