@@ -3,7 +3,8 @@
  * - CRC-32 implementations (node:zlib, JS slicing-by-8, hash-wasm, and the
  *   one `crc32()` picked for this runtime) at 128 B, 1 KiB and 64 KiB, plus
  *   the small sizes that set the per-runtime threshold;
- * - encode (validation + CRC + patch) into a reused buffer;
+ * - encode (validation + CRC + patch) into a reused buffer, of one message
+ *   object again and again and of a new properties object per message;
  * - check (structure + CRC, no strings) and full decode of records laid out
  *   in a segment,
  * for 128 B, 1 KiB and 64 KiB bodies, with and without TAGS/KEYS.
@@ -139,6 +140,39 @@ for (const [label, size] of SIZES) {
       },
     });
   }
+}
+
+// A new properties object per message, as a producer builds them: TAGS the
+// same string each time, KEYS a different one (so they must be encoded).
+const VARIED_MESSAGES = 0x1000;
+
+for (const [label, size] of SIZES) {
+  const body = filled(size, size + 1);
+  const inputs: MessageInput[] = [];
+  for (let i = 0; i < VARIED_MESSAGES; i++) {
+    inputs.push({
+      topic: "TopicTest",
+      queueId: 3,
+      body,
+      bornTimestamp: 1_700_000_000_000,
+      bornHost: "127.0.0.1:50000",
+      storeHost: "127.0.0.1:10911",
+      properties: { TAGS: "TagA", KEYS: `order-${i} customer-${i % 97}` },
+    });
+  }
+  const recordBytes = encoder.measure(inputs[0]!) as number;
+  let next = 0;
+  bench({
+    group: `encode ${label}`,
+    name: `encode+patch ${label} TAGS+KEYS, new object each`,
+    bytesPerIteration: recordBytes,
+    fn: () => {
+      const written = encoder.encode(inputs[next]!, scratch, 0) as number;
+      patchRecord(scratch, 0, next, next * written, 1_700_000_000_001);
+      next = (next + 1) & (VARIED_MESSAGES - 1);
+      return written;
+    },
+  });
 }
 
 // ---------------------------------------------------------------------------

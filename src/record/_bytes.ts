@@ -14,6 +14,11 @@
  */
 
 const TWO_POW_32 = 0x1_0000_0000;
+/**
+ * 2^-32: multiplying by it is exact (a power of two) and much cheaper than
+ * dividing by 2^32.
+ */
+const TWO_POW_MINUS_32 = 1 / TWO_POW_32;
 
 /** Writes `value` (int32 or uint32) big-endian at `position`. */
 export function writeInt32(bytes: Uint8Array, position: number, value: number): void {
@@ -39,7 +44,7 @@ export function readUint32(bytes: Uint8Array, position: number): number {
  * values) at `position`, as two 32-bit halves.
  */
 export function writeInt64(bytes: Uint8Array, position: number, value: number): void {
-  const high = Math.floor(value / TWO_POW_32);
+  const high = Math.floor(value * TWO_POW_MINUS_32);
   writeInt32(bytes, position, high);
   writeInt32(bytes, position + 4, value - high * TWO_POW_32);
 }
@@ -80,7 +85,7 @@ export function getInt64(view: DataView, position: number): number {
 
 /** Writes a safe integer as a big-endian int64 through a `DataView`. */
 export function setInt64(view: DataView, position: number, value: number): void {
-  const high = Math.floor(value / TWO_POW_32);
+  const high = Math.floor(value * TWO_POW_MINUS_32);
   view.setInt32(position, high);
   view.setUint32(position + 4, value - high * TWO_POW_32);
 }

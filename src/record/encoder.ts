@@ -6,8 +6,12 @@
  * queueOffset, physicalOffset and storeTimestamp left 0; when its place in
  * the log is known those three fields are patched in place with
  * {@link patchRecord}. Nothing is allocated per record: 64-bit fields are
- * written as two 32-bit halves, strings are UTF-8-encoded straight into the
- * destination, hosts and topic are parsed/checked once per distinct value.
+ * written as two 32-bit halves, hosts and topic are parsed/checked once per
+ * distinct value, and the record's tail (topic and properties) is encoded by
+ * validation into the encoder's own buffer — only the pairs that changed
+ * since the previous message — and copied four bytes at a time (see
+ * `_record_tail.ts`). Measured with `bench/record_bench.ts` (groups
+ * "encode …") on Deno, Bun and Node: `scripts/bench_record.ts`.
  *
  * @module
  */
@@ -59,21 +63,30 @@ export interface MessageEncoderOptions extends ValidateOptions {
   now?: () => number;
 }
 
-/** Below this many bytes a byte loop copies faster than `subarray` + `set`. */
-const COPY_LOOP_MAX_BYTES = 0x100;
+/**
+ * From this many bytes on, the tail is copied with `TypedArray#set` (one
+ * native copy, but a view to make); below, four bytes at a time through
+ * `DataView`s.
+ */
+const TAIL_SET_MIN_BYTES = 0x100;
 
+/** Writes a host field (address + int32 port) at `position`; returns the position after it. */
 function writeHost(
   bytes: Uint8Array,
   view: DataView,
   position: number,
   host: HostAddress,
 ): number {
-  // A byte loop: TypedArray.set costs more than 4 or 16 stores.
   const ip = host.ip;
+  if (ip.length === 4) {
+    // One store for the address: TypedArray#set or a byte loop cost more.
+    view.setInt32(position, (ip[0]! << 24) | (ip[1]! << 16) | (ip[2]! << 8) | ip[3]!);
+    view.setInt32(position + 4, host.port);
+    return position + 8;
+  }
   for (let i = 0; i < ip.length; i++) bytes[position + i] = ip[i]!;
-  const portPosition = position + ip.length;
-  view.setInt32(portPosition, host.port);
-  return portPosition + 4;
+  view.setInt32(position + ip.length, host.port);
+  return position + ip.length + 4;
 }
 
 /**
@@ -154,6 +167,7 @@ export class MessageEncoder {
       );
     }
     const body = message.body;
+    const bodyBytes = body.length;
     const p = position;
     const d = dataViewOf(bytes);
     d.setInt32(p + TOTAL_SIZE_POSITION, size);
@@ -175,26 +189,26 @@ export class MessageEncoder {
     q = writeHost(bytes, d, q + 8, layout.storeHost);
     d.setInt32(q, message.reconsumeTimes ?? 0);
     setInt64(d, q + 4, message.preparedTransactionOffset ?? 0);
-    d.setInt32(q + 12, body.length);
+    d.setInt32(q + 12, bodyBytes);
     q += 16;
     bytes.set(body, q);
-    q += body.length;
-    const topic = message.topic;
-    const topicBytes = layout.topicBytes;
-    bytes[q++] = topicBytes;
-    // The topic is ASCII (checked), one byte per character.
-    for (let i = 0; i < topicBytes; i++) bytes[q + i] = topic.charCodeAt(i);
-    q += topicBytes;
-    const propertiesBytes = layout.propertiesBytes;
-    d.setInt16(q, propertiesBytes);
-    q += 2;
-    const properties = layout.propertiesScratch;
-    if (propertiesBytes < COPY_LOOP_MAX_BYTES) {
-      for (let i = 0; i < propertiesBytes; i++) bytes[q + i] = properties[i]!;
+    q += bodyBytes;
+    // topicLength, topic, propertiesLength, properties: encoded by checkMessage.
+    const tail = layout.tail;
+    const from = tail.start;
+    const tailBytes = tail.end - from;
+    if (tailBytes < TAIL_SET_MIN_BYTES) {
+      // Whole words, then the last four bytes (overlapping the previous word
+      // with the same values): never a byte past the record. A tail has at
+      // least 4 bytes (a 1-character topic and both length fields).
+      const source = tail.view;
+      const last = tailBytes - 4;
+      for (let i = 0; i < last; i += 4) d.setInt32(q + i, source.getInt32(from + i));
+      d.setInt32(q + last, source.getInt32(from + last));
     } else {
-      bytes.set(properties.subarray(0, propertiesBytes), q);
+      bytes.set(tail.bytes.subarray(from, from + tailBytes), q);
     }
-    q += propertiesBytes;
+    q += tailBytes;
     // Checked with an if, not assert(): the message is built only on failure.
     if (q !== p + size) {
       throw new AssertionError(`Encoded ${q - p} bytes for a record measured at ${size} bytes`);

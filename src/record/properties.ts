@@ -108,8 +108,22 @@ function writeString(text: string, into: Uint8Array, position: number): number {
   return p;
 }
 
-/** Writes one pair at `position`; returns the position after it or a code. */
-function writePair(name: unknown, value: unknown, into: Uint8Array, position: number): number {
+/**
+ * Writes one pair at `position` and returns the position after it, or a
+ * negative code (internal: for the encoder's properties cache).
+ *
+ * @param name The name (a `TypeError` unless a string).
+ * @param value The value (a `TypeError` unless a string).
+ * @param into The destination; bytes past its end are counted, not written.
+ * @param position Where the pair starts.
+ * @returns The position after the pair, or a negative code.
+ */
+export function writePair(
+  name: unknown,
+  value: unknown,
+  into: Uint8Array,
+  position: number,
+): number {
   if (typeof name !== "string") {
     throw new TypeError(`Property names must be strings, not ${typeof name}`);
   }

@@ -14,7 +14,6 @@
 
 import { MqStoreError } from "../errors.ts";
 import {
-  BODY_POSITION_V4,
   HOST_V6_EXTRA_BYTES,
   INT32_MAX,
   INT32_MIN,
@@ -28,7 +27,8 @@ import {
 } from "./constants.ts";
 import { type HostAddress, parseHostAddress } from "./host_address.ts";
 import type { MessageInput } from "./message.ts";
-import { describePropertiesProblem, encodePropertiesInto } from "./properties.ts";
+import { describePropertiesProblem } from "./properties.ts";
+import { RecordTail } from "./_record_tail.ts";
 
 /** Topic names RocketMQ accepts (TopicValidator). */
 export const TOPIC_PATTERN: RegExp = /^[%|a-zA-Z0-9_-]+$/;
@@ -58,23 +58,18 @@ export interface ValidateOptions {
 
 /** What validation learned about a valid message, for the encoder. */
 export interface MessageLayout {
-  /** Topic length in bytes (ASCII: also in characters). */
-  topicBytes: number;
-  /** Encoded properties length in bytes. */
-  propertiesBytes: number;
   /**
-   * The encoded properties (`propertiesBytes` of them, from index 0):
-   * validation encodes them once, the encoder copies them.
+   * The record's tail (topicLength, topic, propertiesLength, properties),
+   * encoded: validation encodes it once (or finds it already encoded), the
+   * encoder copies it.
    */
-  readonly propertiesScratch: Uint8Array;
+  readonly tail: RecordTail;
   /** The born host to write. */
   bornHost: HostAddress;
   /** The store host to write. */
   storeHost: HostAddress;
   /** sysFlag with 0x10/0x20 set from the hosts. */
   sysFlag: number;
-  /** Position of the bodyLength field. */
-  bodyLengthPosition: number;
   /** Whole record size in bytes. */
   recordSize: number;
 }
@@ -86,13 +81,10 @@ export const DEFAULT_HOST = "127.0.0.1:10911";
 export function createLayout(): MessageLayout {
   const host = parseHostAddress(DEFAULT_HOST)!;
   return {
-    topicBytes: 0,
-    propertiesBytes: 0,
-    propertiesScratch: new Uint8Array(PROPERTIES_LENGTH_MAX_BYTES + 4),
+    tail: new RecordTail(),
     bornHost: host,
     storeHost: host,
     sysFlag: 0,
-    bodyLengthPosition: 0,
     recordSize: 0,
   };
 }
@@ -236,8 +228,8 @@ function storeHostOf(text: unknown, fallback: HostAddress): HostAddress | MqStor
 }
 
 /**
- * Validates `message` and fills `layout` with its sizes, hosts and encoded
- * properties. Writes nothing else.
+ * Validates `message` and fills `layout` with its size, hosts and encoded
+ * tail (topic and properties). Writes nothing else.
  *
  * @param message The message.
  * @param options Resolved options.
@@ -293,7 +285,8 @@ export function checkMessage(
   const store = storeHostOf(message.storeHost, options.defaultStoreHost);
   if (store instanceof MqStoreError) return store;
 
-  const propertiesBytes = encodePropertiesInto(message.properties, layout.propertiesScratch);
+  const tail = layout.tail;
+  const propertiesBytes = tail.setProperties(message.properties);
   if (propertiesBytes < 0) {
     const problem = describePropertiesProblem(message.properties)!;
     const why = problem.problem === "EMPTY_NAME"
@@ -314,20 +307,18 @@ export function checkMessage(
   const bornV6 = born.ip.length === 16;
   const storeV6 = store.ip.length === 16;
   const extra = (bornV6 ? HOST_V6_EXTRA_BYTES : 0) + (storeV6 ? HOST_V6_EXTRA_BYTES : 0);
-  const topicBytes = message.topic.length;
+  const topicBytes = topic.length;
   const recordSize = RECORD_FIXED_SIZE_BYTES + extra + body.length + topicBytes +
     propertiesBytes;
   if (recordSize > max) {
     return illegal(`Record is ${recordSize} bytes, maxMessageSize is ${max} bytes`);
   }
 
-  layout.topicBytes = topicBytes;
-  layout.propertiesBytes = propertiesBytes;
+  tail.setTopic(topic);
   layout.bornHost = born;
   layout.storeHost = store;
   layout.sysFlag = ((message.sysFlag ?? 0) & ~SYS_FLAG_HOSTS_V6_MASK) |
     (bornV6 ? SYS_FLAG_BORN_HOST_V6 : 0) | (storeV6 ? SYS_FLAG_STORE_HOST_V6 : 0);
-  layout.bodyLengthPosition = BODY_POSITION_V4 - 4 + extra;
   layout.recordSize = recordSize;
   return undefined;
 }

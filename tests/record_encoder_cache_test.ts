@@ -1,0 +1,139 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { MqStoreError } from "../src/errors.ts";
+import {
+  decodeRecord,
+  MessageEncoder,
+  type MessageInput,
+  type PropertiesInput,
+} from "../src/record/mod.ts";
+
+/** mulberry32: a small seeded PRNG, so every run checks the same cases. */
+function prng(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6D2B79F5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 0x1_0000_0000;
+  };
+}
+
+const body = new Uint8Array([1, 2, 3]);
+
+function message(properties: PropertiesInput | undefined, topic = "TopicTest"): MessageInput {
+  return { topic, queueId: 0, body, bornTimestamp: 1, properties };
+}
+
+/** What `encode` did: the record bytes, the error, or the thrown error. */
+function outcome(encoder: MessageEncoder, input: MessageInput): string {
+  const bytes = new Uint8Array(0x10000);
+  try {
+    const result = encoder.encode(input, bytes, 0);
+    if (result instanceof MqStoreError) return `error ${result.code}: ${result.message}`;
+    return `record ${Array.from(bytes.subarray(0, result)).join(",")}`;
+  } catch (error) {
+    return `throw ${(error as Error).name}: ${(error as Error).message}`;
+  }
+}
+
+function pairsOf(record: Uint8Array): [string, string][] {
+  const result = decodeRecord(record, 0);
+  assert.equal(result.kind, "message");
+  return result.kind === "message" ? result.message.pairs : [];
+}
+
+function encoded(encoder: MessageEncoder, input: MessageInput): Uint8Array {
+  const bytes = new Uint8Array(0x1000);
+  const size = encoder.encode(input, bytes, 0);
+  if (typeof size !== "number") throw size;
+  return bytes.subarray(0, size);
+}
+
+describe("MessageEncoder properties cache", () => {
+  test("MessageEncoder.encode() re-encodes a properties object mutated in place", () => {
+    const encoder = new MessageEncoder();
+    const properties: Record<string, string> = { TAGS: "a", KEYS: "k1" };
+    const input = message(properties);
+    assert.deepEqual(pairsOf(encoded(encoder, input)), [["TAGS", "a"], ["KEYS", "k1"]]);
+    properties.KEYS = "k22";
+    assert.deepEqual(pairsOf(encoded(encoder, input)), [["TAGS", "a"], ["KEYS", "k22"]]);
+    properties.TAGS = "bb";
+    assert.deepEqual(pairsOf(encoded(encoder, input)), [["TAGS", "bb"], ["KEYS", "k22"]]);
+    properties.WAIT = "false";
+    assert.deepEqual(
+      pairsOf(encoded(encoder, input)),
+      [["TAGS", "bb"], ["KEYS", "k22"], ["WAIT", "false"]],
+    );
+    delete properties.KEYS;
+    assert.deepEqual(pairsOf(encoded(encoder, input)), [["TAGS", "bb"], ["WAIT", "false"]]);
+    delete properties.TAGS;
+    properties.TAGS = "bb";
+    assert.deepEqual(pairsOf(encoded(encoder, input)), [["WAIT", "false"], ["TAGS", "bb"]]);
+    // Same content, another string: compared by content through a re-encode.
+    properties.WAIT = ["fal", "se"].join("");
+    assert.deepEqual(pairsOf(encoded(encoder, input)), [["WAIT", "false"], ["TAGS", "bb"]]);
+    assert.deepEqual(pairsOf(encoded(encoder, message(undefined))), []);
+    assert.deepEqual(pairsOf(encoded(encoder, input)), [["WAIT", "false"], ["TAGS", "bb"]]);
+  });
+
+  test("MessageEncoder.encode() gives the same bytes and errors as a fresh encoder", () => {
+    const random = prng(0x5EED);
+    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
+    const names = ["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "k", "\u540d\u5b57", "bad\x01", ""];
+    const values = [
+      "a",
+      "TagA",
+      "order-1 customer-7",
+      "",
+      "\u8ba2\u5355-001 \ud83d\udd11",
+      "v".repeat(300),
+      "x\x02y",
+      "\ud800",
+      "z".repeat(20000),
+    ];
+    const topics = ["TopicTest", "T", "%RETRY%group"];
+    const reused: Record<string, string> = { TAGS: "a" };
+    const reusedMap = new Map<string, string>([["TAGS", "a"]]);
+    const reusedPairs: [string, string][] = [["TAGS", "a"]];
+    const cached = new MessageEncoder();
+    for (let i = 0; i < 1500; i++) {
+      let properties: PropertiesInput | undefined;
+      const shape = random();
+      if (shape < 0.1) {
+        properties = undefined;
+      } else if (shape < 0.35) {
+        // The same object, mutated: a value changed, a key added or removed.
+        const name = pick(names);
+        if (random() < 0.2) delete reused[name];
+        else reused[name] = pick(values);
+        properties = reused;
+      } else if (shape < 0.45) {
+        const name = pick(names);
+        if (random() < 0.2) reusedMap.delete(name);
+        else reusedMap.set(name, pick(values));
+        properties = reusedMap;
+      } else if (shape < 0.55) {
+        if (random() < 0.3 && reusedPairs.length > 0) reusedPairs.pop();
+        else reusedPairs.push([pick(names), pick(values)]);
+        properties = reusedPairs;
+      } else if (shape < 0.57) {
+        properties = { TAGS: 7 as unknown as string };
+      } else {
+        // A new object from the same strings, mostly with the same first pairs.
+        const fresh: Record<string, string> = {};
+        const count = Math.floor(random() * 4);
+        if (random() < 0.7) fresh.TAGS = "TagA";
+        for (let k = 0; k < count; k++) fresh[pick(names)] = pick(values);
+        properties = fresh;
+      }
+      const input = message(properties, random() < 0.9 ? "TopicTest" : pick(topics));
+      const expected = outcome(new MessageEncoder(), input);
+      // measure() validates (and fills the cache) without writing.
+      const wrongType = shape >= 0.55 && shape < 0.57;
+      if (random() < 0.2 && !wrongType) cached.measure(input);
+      assert.equal(outcome(cached, input), expected, `message ${i}`);
+    }
+  });
+});
