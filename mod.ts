@@ -15,7 +15,16 @@ export type {
   RuntimePort,
 } from "./src/runtime/mod.ts";
 export { MessageStore } from "./src/store/message_store.ts";
-export type { RecoveryReport } from "./src/store/message_store.ts";
+export type { QueueInfo, RecoveryReport, SubscribeOptions } from "./src/store/message_store.ts";
+export type {
+  GetMessageResult,
+  GetMessagesOptions,
+  GetMessageStatus,
+  QueryMessageResult,
+  QueryMessagesOptions,
+  StoredMessage,
+} from "./src/store/get_message_result.ts";
+export type { RetentionReport } from "./src/store/retention_service.ts";
 export type { FlushDiskType, MessageStoreOptions } from "./src/store/options.ts";
 export { AppendMessageResult } from "./src/commit_log/put_message_result.ts";
 export type {

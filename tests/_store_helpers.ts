@@ -46,6 +46,11 @@ export async function openMemoryStore(
   const full: MessageStoreOptions = {
     mappedFileSizeCommitLog: SEGMENT_BYTES,
     maxMessageSize: 0x2000,
+    // Small consume-queue and index files: every open recovers them, and
+    // the defaults (6 MB, 420 MB) would dominate a test's time.
+    mappedFileSizeConsumeQueue: 20 * 1024,
+    maxHashSlotNum: 256,
+    maxIndexNum: 1024,
     onWarning: () => {},
     ...options,
     port: options.port ?? port,

@@ -3,6 +3,11 @@
  *
  * ```
  * mqstore dump [--json] [--no-crc] [--base-offset <n>] <commit-log file>...
+ * mqstore verify [--json] [--no-crc] <store dir>
+ * mqstore get [--json] <store dir> --offset <n> | --msg-id <id>
+ *             | --topic <t> --queue <q> [--queue-offset <n>] [--count <n>]
+ *             | --topic <t> --key <k> [--count <n>]
+ * mqstore stats [--json] <store dir>
  * mqstore help
  * ```
  *
@@ -10,7 +15,9 @@
  * `deno run -A src/cli/main.ts …`. A user mistake (unknown command or flag,
  * missing argument, unreadable file) prints one line on stderr, never a
  * stack trace. Exit codes: 0 success, 1 a file could not be read, 2 bad
- * usage, 3 the dump stopped at an invalid record.
+ * usage, 3 the dump stopped at an invalid record (verify: the store has a
+ * torn or corrupt record), 4 `get` found nothing. `verify`, `get` and
+ * `stats` never modify the store (read-only: no lock, no write).
  *
  * @module
  */
@@ -27,6 +34,10 @@ import {
   dumpFile,
   fileStartOffset,
 } from "./dump.ts";
+import { GET_TABLE_HEADER, getMessages, type GetQuery, messageJson, messageRow } from "./get.ts";
+import { type IndexSizes, openStoreReadOnly } from "./_open_store.ts";
+import { formatSummary, summarize } from "./stats.ts";
+import { formatVerifyReport, verifyStore } from "./verify.ts";
 
 /** Where the command writes. */
 export interface CliOutput {
@@ -42,8 +53,10 @@ export const EXIT_OK = 0;
 export const EXIT_IO = 1;
 /** Exit code: bad usage (unknown command or flag, missing argument). */
 export const EXIT_USAGE = 2;
-/** Exit code: `dump` stopped at an invalid record. */
+/** Exit code: `dump` stopped at an invalid record; `verify` found a torn or corrupt one. */
 export const EXIT_INVALID_RECORD = 3;
+/** Exit code: `get` found no message. */
+export const EXIT_NOT_FOUND = 4;
 
 const USAGE = `Usage:
   mqstore dump [--json] [--no-crc] [--base-offset <n>] <commit-log file>...
@@ -53,6 +66,19 @@ const USAGE = `Usage:
       --no-crc        do not verify body CRCs
       --base-offset   physical offset of the first file, when its name is not
                       its 20-digit offset
+  mqstore verify [--json] [--no-crc] <store dir>
+      Check every commit-log record and consume-queue unit without modifying
+      anything; report torn or corrupt records and where an open would cut
+      the log (exit code 3 when there is one).
+  mqstore get [--json] <store dir> --offset <n>
+  mqstore get [--json] <store dir> --msg-id <offsetMsgId>
+  mqstore get [--json] <store dir> --topic <t> --queue <q> [--queue-offset <n>] [--count <n>]
+  mqstore get [--json] <store dir> --topic <t> --key <k> [--count <n>]
+      Print messages (exit code 4 when none is found). The store is opened
+      read-only; --max-hash-slot-num and --max-index-num give the index
+      sizes when they are not RocketMQ's defaults.
+  mqstore stats [--json] <store dir>
+      Print offsets, queues, index files and the checkpoint.
   mqstore help
       Show this text.
 `;
@@ -153,9 +179,193 @@ function runDump(argv: readonly string[], output: CliOutput): number {
   return EXIT_OK;
 }
 
+/** Flags of verify, get and stats, parsed. */
+interface StoreArguments {
+  directory: string;
+  json: boolean;
+  checkCrc: boolean;
+  values: Map<string, string>;
+}
+
+const STORE_VALUE_FLAGS: Readonly<Record<string, readonly string[]>> = {
+  verify: [],
+  stats: ["--max-hash-slot-num", "--max-index-num"],
+  get: [
+    "--offset",
+    "--msg-id",
+    "--topic",
+    "--queue",
+    "--queue-offset",
+    "--key",
+    "--count",
+    "--max-hash-slot-num",
+    "--max-index-num",
+  ],
+};
+
+function parseStoreArguments(command: string, argv: readonly string[]): StoreArguments {
+  const valueFlags = STORE_VALUE_FLAGS[command]!;
+  const parsed: StoreArguments = { directory: "", json: false, checkCrc: true, values: new Map() };
+  const positional: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const argument = argv[i]!;
+    const name = argument.includes("=") ? argument.slice(0, argument.indexOf("=")) : argument;
+    if (argument === "--json") {
+      parsed.json = true;
+    } else if (argument === "--no-crc" && command === "verify") {
+      parsed.checkCrc = false;
+    } else if (valueFlags.includes(name)) {
+      const value = argument.includes("=") ? argument.slice(argument.indexOf("=") + 1) : argv[++i];
+      if (value === undefined) throw new UsageError(`${command}: ${name} needs a value`);
+      parsed.values.set(name, value);
+    } else if (argument.startsWith("-") && argument !== "-") {
+      throw new UsageError(`${command}: unknown flag ${argument}`);
+    } else {
+      positional.push(argument);
+    }
+  }
+  if (positional.length !== 1) {
+    throw new UsageError(
+      positional.length === 0
+        ? `${command}: no store directory given`
+        : `${command}: one store directory, not ${positional.length} arguments`,
+    );
+  }
+  parsed.directory = positional[0]!;
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(parsed.directory);
+  } catch (error) {
+    throw systemError(error, "read", parsed.directory);
+  }
+  if (!stat.isDirectory()) {
+    throw new MqStoreError("INVALID_FILE", `${parsed.directory} is not a directory`);
+  }
+  return parsed;
+}
+
+function integerFlag(
+  command: string,
+  values: ReadonlyMap<string, string>,
+  name: string,
+  fallback?: number,
+): number {
+  const text = values.get(name);
+  if (text === undefined) {
+    if (fallback === undefined) throw new UsageError(`${command}: ${name} is missing`);
+    return fallback;
+  }
+  if (!/^[0-9]+$/.test(text) || !Number.isSafeInteger(Number(text))) {
+    throw new UsageError(`${command}: ${name} needs a non-negative integer, not ${text}`);
+  }
+  return Number(text);
+}
+
+function indexSizes(
+  command: string,
+  values: ReadonlyMap<string, string>,
+): IndexSizes | undefined {
+  if (!values.has("--max-hash-slot-num") && !values.has("--max-index-num")) return undefined;
+  return {
+    maxHashSlotNum: integerFlag(command, values, "--max-hash-slot-num", 5_000_000),
+    maxIndexNum: integerFlag(command, values, "--max-index-num", 20_000_000),
+  };
+}
+
+function getQuery(values: ReadonlyMap<string, string>): GetQuery {
+  const count = integerFlag("get", values, "--count", 1);
+  if (count === 0) throw new UsageError("get: --count must be at least 1");
+  if (values.has("--offset")) {
+    return { kind: "offset", offset: integerFlag("get", values, "--offset") };
+  }
+  const msgId = values.get("--msg-id");
+  if (msgId !== undefined) {
+    if (!/^([0-9a-fA-F]{32}|[0-9a-fA-F]{56})$/.test(msgId)) {
+      throw new UsageError(`get: --msg-id needs 32 or 56 hex characters, not ${msgId}`);
+    }
+    return { kind: "msgId", msgId };
+  }
+  const topic = values.get("--topic");
+  if (topic === undefined) {
+    throw new UsageError("get: give --offset, --msg-id, or --topic with --queue or --key");
+  }
+  const key = values.get("--key");
+  if (key !== undefined) return { kind: "key", topic, key, count };
+  if (!values.has("--queue")) throw new UsageError("get: --topic needs --queue or --key");
+  return {
+    kind: "queue",
+    topic,
+    queueId: integerFlag("get", values, "--queue"),
+    queueOffset: integerFlag("get", values, "--queue-offset", 0),
+    count,
+  };
+}
+
+function runVerify(argv: readonly string[], output: CliOutput): number {
+  const options = parseStoreArguments("verify", argv);
+  const report = verifyStore(options.directory, { checkCrc: options.checkCrc });
+  output.stdout(options.json ? `${JSON.stringify(report)}\n` : formatVerifyReport(report));
+  return report.status === "ok" ? EXIT_OK : EXIT_INVALID_RECORD;
+}
+
+async function runGet(argv: readonly string[], output: CliOutput): Promise<number> {
+  const options = parseStoreArguments("get", argv);
+  const query = getQuery(options.values);
+  const store = await openStoreReadOnly(options.directory, indexSizes("get", options.values));
+  try {
+    const messages = await getMessages(store, query);
+    if (messages.length === 0) {
+      output.stderr("mqstore: get: no such message\n");
+      return EXIT_NOT_FOUND;
+    }
+    const lines = options.json
+      ? messages.map((message) => JSON.stringify(messageJson(message)))
+      : [GET_TABLE_HEADER, ...messages.map(messageRow)];
+    output.stdout(`${lines.join("\n")}\n`);
+    return EXIT_OK;
+  } finally {
+    await store.close();
+  }
+}
+
+async function runStats(argv: readonly string[], output: CliOutput): Promise<number> {
+  const options = parseStoreArguments("stats", argv);
+  const store = await openStoreReadOnly(options.directory, indexSizes("stats", options.values));
+  try {
+    const summary = summarize(store);
+    output.stdout(options.json ? `${JSON.stringify(summary)}\n` : formatSummary(summary));
+    return EXIT_OK;
+  } finally {
+    await store.close();
+  }
+}
+
+/** The one-line answer to an error; rethrows a bug. */
+function reportError(error: unknown, output: CliOutput): number {
+  if (error instanceof UsageError) {
+    output.stderr(`mqstore: ${error.message} (see: mqstore help)\n`);
+    return EXIT_USAGE;
+  }
+  if (error instanceof MqStoreError) {
+    output.stderr(`mqstore: ${error.message}\n`);
+    return EXIT_IO;
+  }
+  if (typeof error === "object" && error !== null && "code" in error) {
+    output.stderr(`mqstore: ${systemError(error, "read", "the input").message}\n`);
+    return EXIT_IO;
+  }
+  if (error instanceof RangeError || error instanceof TypeError) {
+    output.stderr(`mqstore: ${error.message}\n`);
+    return EXIT_USAGE;
+  }
+  throw error;
+}
+
 /**
  * Runs the command line `argv` (without the runtime and script) and returns
  * the exit code. Never throws for a user mistake or an unreadable file.
+ * `get` and `stats` open the store, which is asynchronous: run them with
+ * {@link runCliAsync} (this answers them with a usage error).
  *
  * @example
  * ```ts
@@ -174,6 +384,11 @@ export function runCli(argv: readonly string[], output: CliOutput): number {
     switch (command) {
       case "dump":
         return runDump(rest, output);
+      case "verify":
+        return runVerify(rest, output);
+      case "get":
+      case "stats":
+        throw new UsageError(`${command} is asynchronous: call runCliAsync()`);
       case "help":
       case "--help":
       case "-h":
@@ -185,19 +400,37 @@ export function runCli(argv: readonly string[], output: CliOutput): number {
         throw new UsageError(`unknown command ${command}`);
     }
   } catch (error) {
-    if (error instanceof UsageError) {
-      output.stderr(`mqstore: ${error.message} (see: mqstore help)\n`);
-      return EXIT_USAGE;
+    return reportError(error, output);
+  }
+}
+
+/**
+ * Runs any command line, `get` and `stats` included; see {@link runCli}.
+ *
+ * @example
+ * ```ts ignore
+ * import { runCliAsync } from "./main.ts";
+ *
+ * const code = await runCliAsync(["stats", "./store"], { stdout: console.log, stderr: console.error });
+ * ```
+ *
+ * @param argv The arguments.
+ * @param output Where to write.
+ * @returns The exit code.
+ */
+export async function runCliAsync(argv: readonly string[], output: CliOutput): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case "get":
+        return await runGet(rest, output);
+      case "stats":
+        return await runStats(rest, output);
+      default:
+        return runCli(argv, output);
     }
-    if (error instanceof MqStoreError) {
-      output.stderr(`mqstore: ${error.message}\n`);
-      return EXIT_IO;
-    }
-    if (typeof error === "object" && error !== null && "code" in error) {
-      output.stderr(`mqstore: ${systemError(error, "read", "the input").message}\n`);
-      return EXIT_IO;
-    }
-    throw error;
+  } catch (error) {
+    return reportError(error, output);
   }
 }
 
@@ -221,7 +454,7 @@ function isEntryPoint(): boolean {
 }
 
 if (isEntryPoint()) {
-  const code = runCli(process.argv.slice(2), {
+  const code = await runCliAsync(process.argv.slice(2), {
     stdout: (text) => writeTo(1, text),
     stderr: (text) => writeTo(2, text),
   });

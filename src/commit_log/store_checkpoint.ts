@@ -82,6 +82,8 @@ export class StoreCheckpoint {
   #port: RuntimePort;
   /** The file image, reused by every flush. */
   #bytes = new Uint8Array(CHECKPOINT_SIZE_BYTES);
+  /** The last write started (the next one waits for it). */
+  #writing: Promise<void> = Promise.resolve();
 
   private constructor(port: RuntimePort, path: string) {
     this.#port = port;
@@ -144,8 +146,17 @@ export class StoreCheckpoint {
     return bytes;
   }
 
-  /** Writes the file atomically and durably (temporary file, sync, rename, sync directory). */
-  async flush(): Promise<void> {
-    await this.#port.writeFileAtomic(this.path, this.encode().slice());
+  /**
+   * Writes the file atomically and durably (temporary file, sync, rename,
+   * sync directory). Calls are serialised: the commit-log flusher and the
+   * consume-queue flusher both write it, and two writes of one temporary
+   * file at once would fail.
+   */
+  flush(): Promise<void> {
+    const write = this.#writing.catch(() => {}).then(() =>
+      this.#port.writeFileAtomic(this.path, this.encode().slice())
+    );
+    this.#writing = write;
+    return write;
   }
 }

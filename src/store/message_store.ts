@@ -1,12 +1,20 @@
 /**
  * The store facade (SPEC §10): opens a store directory, puts messages
- * through the commit log, and closes it cleanly.
+ * through the commit log, serves them back through the consume queues and
+ * the index, and closes it cleanly.
  *
  * ```
  * open:  lock ─► abort marker (absent = last close was clean) ─► checkpoint
- *        ─► load + recover the commit log ─► start services, disk monitor
- * close: refuse puts ─► wait for queued ones ─► final commit/flush
- *        ─► checkpoint ─► remove abort ─► release the lock
+ *        ─► load consume queues, index (unclean: drop index files newer
+ *           than the checkpoint) ─► load + recover the commit log
+ *        ─► cut consume-queue units past the log end ─► re-dispatch from
+ *           the checkpoint's offsets (progress checkpointed as it goes)
+ *        ─► queue offsets from the consume queues ─► start services
+ * put:   commit log ─► (flushed under SYNC_FLUSH) ─► dispatcher ─► units,
+ *        index keys ─► subscribers woken
+ * close: refuse puts ─► wait for queued ones ─► dispatch the rest
+ *        ─► final commit/flush ─► flush queues and index ─► checkpoint
+ *        ─► remove abort ─► release the lock
  * ```
  *
  * @module
@@ -17,10 +25,32 @@ import type { PutMessageResult } from "../commit_log/put_message_result.ts";
 import { StoreCheckpoint } from "../commit_log/store_checkpoint.ts";
 import { StoreStats, type StoreStatsSnapshot } from "../commit_log/store_stats.ts";
 import { MqStoreError } from "../errors.ts";
-import type { MessageInput } from "../record/mod.ts";
+import {
+  checkRecord,
+  decodeMessageView,
+  indexKeysOf,
+  type MessageInput,
+  parseOffsetMsgId,
+  tagsCodeOf,
+} from "../record/mod.ts";
 import { createPort } from "../runtime/mod.ts";
 import type { DirectoryLock, RuntimePort } from "../runtime/port.ts";
+import type { MappedFile } from "../segment/mapped_file.ts";
+import { ConsumeQueueFlushService } from "./consume_queue_flush_service.ts";
+import { ConsumeQueueTable } from "./consume_queue_table.ts";
+import { Dispatcher } from "./dispatcher.ts";
+import type {
+  GetMessageResult,
+  GetMessagesOptions,
+  GetMessageStatus,
+  QueryMessageResult,
+  QueryMessagesOptions,
+  StoredMessage,
+} from "./get_message_result.ts";
+import { IndexService } from "./index_service.ts";
 import { type MessageStoreOptions, type ResolvedStoreOptions, resolveOptions } from "./options.ts";
+import { type RetentionReport, RetentionService } from "./retention_service.ts";
+import { recoveryStart } from "./_recovery_start.ts";
 
 /** What the commit-log recovery of the last open found. */
 export interface RecoveryReport {
@@ -34,11 +64,51 @@ export interface RecoveryReport {
   endKind: "end" | "invalid" | "full";
   /** Why the log was cut, when `endKind` is `invalid`. */
   detail: string;
+  /** Where re-dispatch into the consume queues and the index started. */
+  dispatchedFrom: number;
+}
+
+/** One consume queue, as {@link MessageStore.queues} lists it. */
+export interface QueueInfo {
+  /** The topic. */
+  topic: string;
+  /** The queue id. */
+  queueId: number;
+  /** The first readable queue offset. */
+  minQueueOffset: number;
+  /** The queue offset the next message gets. */
+  maxQueueOffset: number;
+}
+
+/** Options of {@link MessageStore.subscribe}. */
+export interface SubscribeOptions {
+  /**
+   * Ends the iteration (cleanly, without an error) when aborted.
+   *
+   * @default {undefined}
+   */
+  signal?: AbortSignal;
+  /**
+   * Keep only messages with one of these TAGS.
+   *
+   * @default {undefined}
+   */
+  tags?: readonly string[];
 }
 
 function join(directory: string, name: string): string {
   return directory.endsWith("/") ? directory + name : `${directory}/${name}`;
 }
+
+/** Recovery writes the checkpoint at least every this many re-dispatched bytes. */
+const RECOVERY_CHECKPOINT_INTERVAL_BYTES = 0x400_0000;
+/** Units one getMessages call looks at, at most (RocketMQ's maxFilterMessageCount). */
+const MAX_FILTER_MESSAGE_COUNT = 16_000;
+/** Messages one subscription read asks for. */
+const SUBSCRIBE_BATCH_COUNT = 32;
+/** Size of a consume-queue unit. */
+const CQ_UNIT_BYTES = 20;
+const HOURS_MS = 3_600_000;
 
 /**
  * An open store.
@@ -60,6 +130,8 @@ function join(directory: string, name: string): string {
  *   properties: { TAGS: "created", KEYS: "order-1" },
  * });
  * console.log(r.status, r.appendResult?.wroteOffset); // PUT_OK 0
+ * const page = await store.getMessages("Orders", 0, 0, 32);
+ * console.log(page.status, page.messages.length); // FOUND 1
  * await store.close();
  * ```
  */
@@ -78,37 +150,99 @@ export class MessageStore {
   #checkpoint: StoreCheckpoint;
   #stats: StoreStats;
   #lock: DirectoryLock | undefined;
+  #consumeQueues: ConsumeQueueTable;
+  #index: IndexService | undefined;
+  #dispatcher: Dispatcher;
+  #flushService: ConsumeQueueFlushService;
+  #retention: RetentionService;
+  #sync: boolean;
   #closing: Promise<void> | undefined;
   #cancelDiskTimer: (() => void) | undefined;
   /** The disk check in flight. */
   #diskCheck: Promise<boolean> | undefined;
+  /** Puts accepted by the store and not answered yet (close waits for them). */
+  #putsInFlight = 0;
+  #putsDrained: (() => void) | undefined;
+  /** Subscribers waiting for the next dispatch (or close). */
+  #dispatchWaiters = new Set<() => void>();
+  /** Close started: puts are refused, reads still served. */
+  #refusingPuts = false;
   #closed = false;
+  #onPutBound = (result: PutMessageResult): PutMessageResult => this.#onPut(result);
+  #onPutErrorBound = (error: unknown): never => {
+    this.#putDone();
+    throw error;
+  };
 
   private constructor(
     directory: string,
     options: ResolvedStoreOptions,
     port: RuntimePort,
-    commitLog: CommitLog,
-    checkpoint: StoreCheckpoint,
-    stats: StoreStats,
-    lock: DirectoryLock | undefined,
+    parts: {
+      commitLog: CommitLog;
+      checkpoint: StoreCheckpoint;
+      stats: StoreStats;
+      lock: DirectoryLock | undefined;
+      consumeQueues: ConsumeQueueTable;
+      index: IndexService | undefined;
+      dispatcher: Dispatcher;
+    },
     recovery: RecoveryReport,
   ) {
     this.directory = directory;
     this.readOnly = options.readOnly;
     this.port = port;
     this.#options = options;
-    this.#commitLog = commitLog;
-    this.#checkpoint = checkpoint;
-    this.#stats = stats;
-    this.#lock = lock;
+    this.#commitLog = parts.commitLog;
+    this.#checkpoint = parts.checkpoint;
+    this.#stats = parts.stats;
+    this.#lock = parts.lock;
+    this.#consumeQueues = parts.consumeQueues;
+    this.#index = parts.index;
+    this.#dispatcher = parts.dispatcher;
+    this.#sync = options.flushDiskType === "SYNC_FLUSH";
     this.recovery = recovery;
+    const dispatcher = parts.dispatcher;
+    this.#flushService = new ConsumeQueueFlushService({
+      consumeQueues: parts.consumeQueues,
+      index: parts.index,
+      checkpoint: parts.checkpoint,
+      clock: options.clock,
+      intervalMs: options.flushIntervalConsumeQueue,
+      leastPages: options.flushConsumeQueueLeastPages,
+      thoroughIntervalMs: options.flushConsumeQueueThoroughInterval,
+      progress: () => ({
+        offset: dispatcher.dispatchedOffset,
+        timestampMs: dispatcher.lastTimestampMs,
+      }),
+      onError: (error) =>
+        options.onWarning(
+          `mqstore: flushing the consume queues of ${directory} failed: ${
+            error instanceof Error ? error.message : String(error)
+          }`,
+        ),
+    });
+    this.#retention = new RetentionService({
+      commitLog: parts.commitLog.queue,
+      consumeQueues: parts.consumeQueues,
+      index: parts.index,
+      clock: options.clock,
+      intervalMs: options.cleanResourceInterval,
+      fileReservedTimeMs: options.fileReservedTime * HOURS_MS,
+      deleteWhenHours: options.deleteWhenHours,
+      diskMaxUsedSpaceRatio: options.diskMaxUsedSpaceRatio,
+      diskSpaceCleanForciblyRatio: options.diskSpaceCleanForciblyRatio,
+      cleanFileForciblyEnable: options.cleanFileForciblyEnable,
+      forceAfterMs: options.destroyMapedFileIntervalForcibly,
+      diskUsedPercent: () => this.#diskUsedPercent(),
+      onWarning: options.onWarning,
+    });
   }
 
   /**
    * Opens (creating if needed) the store in `directory`: takes the lock,
-   * marks the store open (`abort`), recovers the commit log, and starts
-   * the flush services.
+   * marks the store open (`abort`), recovers the commit log, the consume
+   * queues and the index, and starts the services.
    *
    * @throws {MqStoreError} `LOCKED` when another process or open holds the
    *   directory; `INVALID_FILE` for a segment or checkpoint of the wrong
@@ -127,6 +261,8 @@ export class MessageStore {
     const readOnly = resolved.readOnly;
     let lock: DirectoryLock | undefined;
     let commitLog: CommitLog | undefined;
+    let consumeQueues: ConsumeQueueTable | undefined;
+    let index: IndexService | undefined;
     try {
       if (!readOnly) {
         await port.makeDirectory(directory);
@@ -142,6 +278,29 @@ export class MessageStore {
       }
       const checkpoint = await StoreCheckpoint.load(port, join(directory, "checkpoint"));
       const stats = new StoreStats();
+      consumeQueues = new ConsumeQueueTable({
+        port,
+        rootDirectory: directory,
+        mappedFileSizeConsumeQueue: resolved.mappedFileSizeConsumeQueue,
+        readOnly,
+        sparse: resolved.sparseFiles,
+        clock: resolved.clock,
+      });
+      await consumeQueues.load();
+      if (resolved.messageIndexEnable) {
+        index = new IndexService({
+          port,
+          rootDirectory: directory,
+          maxHashSlotNum: resolved.maxHashSlotNum,
+          maxIndexNum: resolved.maxIndexNum,
+          clock: resolved.clock,
+          readOnly,
+          sparse: resolved.sparseFiles,
+        });
+        await index.load(clean, checkpoint.indexMsgTimestamp);
+      }
+      const consumeQueueEnd = await consumeQueues.recover();
+      if (!readOnly) await removeEmptySegments(port, join(directory, "commitlog"));
       commitLog = new CommitLog({
         ...resolved,
         port,
@@ -151,30 +310,92 @@ export class MessageStore {
         stats,
       });
       const scan = await commitLog.loadAndRecover(clean);
-      const store = new MessageStore(
+      const endOffset = commitLog.maxOffset;
+      const minOffset = commitLog.minOffset;
+      const start = await recoveryStart({
+        clean,
+        checkpoint,
+        files: commitLog.queue.files,
+        minOffset,
+        endOffset,
+        consumeQueueEnd,
+        index,
+      });
+      const log = commitLog;
+      const sync = resolved.flushDiskType === "SYNC_FLUSH";
+      // Set once built: the dispatcher wakes its subscribers.
+      let store: MessageStore | undefined = undefined;
+      const makeDispatcher = (fromOffset: number) =>
+        new Dispatcher({
+          commitLog: log.queue,
+          limit: () => sync ? log.flushedOffset : log.maxOffset,
+          consumeQueues: consumeQueues!,
+          index,
+          delayLevelsMs: resolved.delayLevelsMs,
+          fromOffset,
+          indexSkipThrough: start.indexSkipThrough,
+          windowBytes: Math.max(0x80_0000, resolved.maxMessageSize + 0x1000),
+          onDispatched: () => {
+            if (store !== undefined) store.#wakeDispatchWaiters();
+          },
+          onError: (error) =>
+            resolved.onWarning(
+              `mqstore: dispatch into the consume queues of ${directory} stopped: ${error.message}`,
+            ),
+        });
+      let dispatcher = makeDispatcher(start.fromOffset);
+      if (!readOnly) {
+        try {
+          await redispatch(dispatcher, endOffset, consumeQueues, index, checkpoint);
+        } catch (error) {
+          if (!(error instanceof RangeError)) throw error;
+          // A consume queue lacks units before the start (a checkpoint that
+          // claimed more than was durable): replay the whole log.
+          resolved.onWarning(
+            `mqstore: re-dispatch from ${start.fromOffset} found a gap (${error.message}); replaying from ${minOffset}`,
+          );
+          dispatcher = makeDispatcher(minOffset);
+          await redispatch(dispatcher, endOffset, consumeQueues, index, checkpoint);
+        }
+        // After re-dispatch, as RocketMQ: a queue whose units were all lost
+        // must not take the log end as its last unit's end, or re-dispatch
+        // would skip every unit as a repeat.
+        await consumeQueues.truncateDirtyLogicFiles(endOffset);
+        // Queue offsets from the consume queues: a queue whose records were
+        // all deleted by retention keeps counting from where it was.
+        for (const queue of consumeQueues.queues()) {
+          const counter = commitLog.topicQueueTable.counter(queue.topic, queue.queueId);
+          counter.next = Math.max(counter.next, queue.maxOffsetInQueue);
+        }
+      }
+      await consumeQueues.correctMinOffset(minOffset);
+      store = new MessageStore(
         directory,
         resolved,
         port,
-        commitLog,
-        checkpoint,
-        stats,
-        lock,
+        { commitLog, checkpoint, stats, lock, consumeQueues, index, dispatcher },
         {
           clean,
           maxOffset: scan.cutOffset,
           messageCount: scan.messageCount,
           endKind: scan.endKind,
           detail: scan.detail,
+          dispatchedFrom: start.fromOffset,
         },
       );
       if (!readOnly) {
         await store.checkDiskSpace();
         commitLog.start();
+        dispatcher.start();
+        store.#flushService.start();
+        store.#retention.start();
         store.#scheduleDiskCheck();
       }
       return store;
     } catch (error) {
       await commitLog?.close().catch(() => {});
+      await consumeQueues?.close().catch(() => {});
+      await index?.close().catch(() => {});
       await lock?.release();
       throw error;
     }
@@ -186,7 +407,9 @@ export class MessageStore {
    * with a TypeError for a wrong argument type only.
    */
   putMessage(message: MessageInput): Promise<PutMessageResult> {
-    return this.#commitLog.putMessage(message);
+    if (this.#refusingPuts) return Promise.resolve(this.#refusal());
+    this.#putsInFlight++;
+    return this.#commitLog.putMessage(message).then(this.#onPutBound, this.#onPutErrorBound);
   }
 
   /**
@@ -194,7 +417,39 @@ export class MessageStore {
    * records with consecutive queue offsets, all in one segment.
    */
   putMessages(messages: readonly MessageInput[]): Promise<PutMessageResult> {
-    return this.#commitLog.putMessages(messages);
+    if (this.#refusingPuts) return Promise.resolve(this.#refusal());
+    this.#putsInFlight++;
+    return this.#commitLog.putMessages(messages).then(this.#onPutBound, this.#onPutErrorBound);
+  }
+
+  #refusal(): PutMessageResult {
+    return {
+      status: "SERVICE_NOT_AVAILABLE",
+      error: new MqStoreError(
+        "SERVICE_NOT_AVAILABLE",
+        `Cannot put into ${this.directory}: the store is closed`,
+      ),
+    };
+  }
+
+  /** After a put: wake the dispatcher once the record may be dispatched. */
+  #onPut(result: PutMessageResult): PutMessageResult {
+    this.#putDone();
+    const append = result.appendResult;
+    if (append !== undefined) {
+      const end = append.wroteOffset + append.wroteBytes;
+      if (!this.#sync || this.#commitLog.flushedOffset >= end) {
+        this.#dispatcher.wakeup();
+      } else {
+        // WAIT=false or a flush timeout: dispatch once it is durable.
+        this.#commitLog.whenFlushed(end).then(() => this.#dispatcher.wakeup(), () => {});
+      }
+    }
+    return result;
+  }
+
+  #putDone(): void {
+    if (--this.#putsInFlight === 0) this.#putsDrained?.();
   }
 
   /** Offset up to which the commit log is durable. */
@@ -212,12 +467,34 @@ export class MessageStore {
     return this.#commitLog.minOffset;
   }
 
+  /** Offset up to which records are in the consume queues and the index. */
+  get dispatchedOffset(): number {
+    return this.#dispatcher.dispatchedOffset;
+  }
+
   /**
    * Resolves once the commit log is durable up to `offset` (for example an
    * async put's `wroteOffset + wroteBytes`); rejects if a flush failed.
    */
   whenFlushed(offset: number): Promise<void> {
     return this.#commitLog.whenFlushed(offset);
+  }
+
+  /**
+   * Resolves once every record below `offset` is dispatched (readable by
+   * getMessages and queryMessages); rejects when the store closes or
+   * dispatch failed first.
+   */
+  async whenDispatched(offset: number): Promise<void> {
+    // Bounded by the records to dispatch: each wakeup means progress.
+    while (this.#dispatcher.dispatchedOffset < offset) {
+      const failure = this.#dispatcher.failure;
+      if (failure !== undefined) throw failure;
+      if (this.#closed) {
+        throw new MqStoreError("CLOSED", `The store closed before offset ${offset} was dispatched`);
+      }
+      await this.#waitForDispatch(this.#dispatcher.sequence, undefined);
+    }
   }
 
   /** The next queue offset of a queue (0 for a queue never written). */
@@ -240,6 +517,339 @@ export class MessageStore {
     return this.#checkpoint;
   }
 
+  // -------------------------------------------------------------------
+  // Reads
+
+  /**
+   * The message stored at commit-log offset `offset`, or undefined when no
+   * record starts there (or it is not readable yet: under SYNC_FLUSH only
+   * flushed records are served).
+   *
+   * @throws {RangeError} For an offset that is not a non-negative integer.
+   */
+  getMessage(offset: number): Promise<StoredMessage | undefined> {
+    checkOffset("offset", offset);
+    return this.#readMessage(offset, undefined);
+  }
+
+  /**
+   * The message of an offsetMsgId (store host + offset; see SPEC §3), or
+   * undefined when none is stored there.
+   *
+   * @throws {RangeError} When `msgId` is not an offsetMsgId.
+   */
+  async getMessageByMsgId(msgId: string): Promise<StoredMessage | undefined> {
+    const parsed = parseOffsetMsgId(msgId);
+    const message = await this.#readMessage(parsed.physicalOffset, undefined);
+    return message !== undefined && message.msgId === msgId.toUpperCase() ? message : undefined;
+  }
+
+  /** The first readable queue offset of a queue (0 for a queue never written). */
+  getMinQueueOffset(topic: string, queueId: number): number {
+    return this.#consumeQueues.find(topic, queueId)?.minOffsetInQueue ?? 0;
+  }
+
+  /** Every consume queue with its readable range, topic by topic. */
+  queues(): QueueInfo[] {
+    const queues: QueueInfo[] = [];
+    for (const queue of this.#consumeQueues.queues()) {
+      queues.push({
+        topic: queue.topic,
+        queueId: queue.queueId,
+        minQueueOffset: queue.minOffsetInQueue,
+        maxQueueOffset: queue.maxOffsetInQueue,
+      });
+    }
+    return queues;
+  }
+
+  /** Number of index files (0 without the index). */
+  get indexFileCount(): number {
+    return this.#index?.files.length ?? 0;
+  }
+
+  /** The queue offset the next dispatched message of a queue gets (0 for a queue never written). */
+  getMaxQueueOffset(topic: string, queueId: number): number {
+    return this.#consumeQueues.find(topic, queueId)?.maxOffsetInQueue ?? 0;
+  }
+
+  /**
+   * Up to `maxCount` messages of a queue from `queueOffset` (RocketMQ's
+   * `getMessage`): the status says why none came, and `nextQueueOffset`
+   * where to read next (RocketMQ's nextBeginOffset rules on a master).
+   *
+   * @throws {RangeError} For a negative or fractional offset or count.
+   */
+  async getMessages(
+    topic: string,
+    queueId: number,
+    queueOffset: number,
+    maxCount: number,
+    options: GetMessagesOptions = {},
+  ): Promise<GetMessageResult> {
+    checkOffset("queueOffset", queueOffset);
+    if (!Number.isSafeInteger(maxCount) || maxCount <= 0) {
+      throw new RangeError(`maxCount is ${maxCount}; it must be a positive integer`);
+    }
+    const result: GetMessageResult = {
+      status: "NO_MATCHED_LOGIC_QUEUE",
+      messages: [],
+      nextQueueOffset: 0,
+      minQueueOffset: 0,
+      maxQueueOffset: 0,
+    };
+    const cq = this.#closed ? undefined : this.#consumeQueues.find(topic, queueId);
+    if (cq === undefined) return result;
+    const minOffset = cq.minOffsetInQueue;
+    const maxOffset = cq.maxOffsetInQueue;
+    result.minQueueOffset = minOffset;
+    result.maxQueueOffset = maxOffset;
+    if (maxOffset === 0) {
+      result.status = "NO_MESSAGE_IN_QUEUE";
+      return result;
+    }
+    if (queueOffset < minOffset) {
+      result.status = "OFFSET_TOO_SMALL";
+      result.nextQueueOffset = minOffset;
+      return result;
+    }
+    if (queueOffset === maxOffset) {
+      result.status = "OFFSET_OVERFLOW_ONE";
+      result.nextQueueOffset = queueOffset;
+      return result;
+    }
+    if (queueOffset > maxOffset) {
+      result.status = "OFFSET_OVERFLOW_BADLY";
+      result.nextQueueOffset = minOffset === 0 ? minOffset : maxOffset;
+      return result;
+    }
+    const tagsCodes = options.tags === undefined
+      ? undefined
+      : new Set(options.tags.map((tag) => tagsCodeOf(tag)));
+    const tags = options.tags === undefined ? undefined : new Set(options.tags);
+    const readableEnd = this.#readableEnd();
+    const filterMax = Math.max(MAX_FILTER_MESSAGE_COUNT, maxCount);
+    const units = await cq.readUnits(queueOffset, Math.min(filterMax, maxOffset - queueOffset));
+    if (units === undefined) {
+      const perFile = this.#options.mappedFileSizeConsumeQueue / CQ_UNIT_BYTES;
+      result.status = "OFFSET_FOUND_NULL";
+      result.nextQueueOffset = queueOffset + perFile - queueOffset % perFile;
+      return result;
+    }
+    result.status = "NO_MATCHED_MESSAGE";
+    let i = 0;
+    let skipBelow = -1;
+    try {
+      for (; i < units.count; i++) {
+        if (result.messages.length >= maxCount) break;
+        const offset = units.commitLogOffsetAt(i);
+        const size = units.sizeAt(i);
+        // A unit past what may be served (read-only beside a crash, or not
+        // flushed yet): the queue ends here for now.
+        if (offset + size > readableEnd) break;
+        if (offset < skipBelow) continue;
+        if (tagsCodes !== undefined && !tagsCodes.has(units.tagsCodeAt(i))) continue;
+        const message = await this.#readMessage(offset, size);
+        if (message === undefined) {
+          if (result.messages.length === 0) result.status = "MESSAGE_WAS_REMOVING";
+          // The segment is gone: skip to the next one.
+          const fileSize = this.#commitLog.fileSizeBytes;
+          skipBelow = offset + fileSize - offset % fileSize;
+          continue;
+        }
+        if (tags !== undefined && !tags.has(message.properties.get("TAGS") ?? "")) continue;
+        result.messages.push(message);
+        result.status = "FOUND";
+        skipBelow = -1;
+      }
+    } finally {
+      units.release();
+    }
+    result.nextQueueOffset = queueOffset + i;
+    return result;
+  }
+
+  /**
+   * Messages of `topic` carrying `key` (UNIQ_KEY or a KEYS token), newest
+   * first: the index matches key hashes, so each candidate is read and its
+   * keys compared.
+   */
+  async queryMessages(
+    topic: string,
+    key: string,
+    options: QueryMessagesOptions = {},
+  ): Promise<QueryMessageResult> {
+    if (typeof topic !== "string" || typeof key !== "string") {
+      throw new TypeError("queryMessages() takes a topic and a key, both strings");
+    }
+    const result: QueryMessageResult = {
+      messages: [],
+      indexLastUpdateTimestamp: 0,
+      indexLastUpdatePhyoffset: 0,
+    };
+    const index = this.#index;
+    if (index === undefined || this.#closed) return result;
+    const found = index.queryOffset(
+      topic,
+      key,
+      options.maxCount ?? 64,
+      options.beginTimestamp ?? 0,
+      options.endTimestamp ?? Number.MAX_SAFE_INTEGER,
+    );
+    result.indexLastUpdateTimestamp = found.indexLastUpdateTimestamp;
+    result.indexLastUpdatePhyoffset = found.indexLastUpdatePhyoffset;
+    const seen = new Set<number>();
+    for (const offset of found.phyOffsets) {
+      if (seen.has(offset)) continue;
+      seen.add(offset);
+      const message = await this.#readMessage(offset, undefined);
+      if (
+        message !== undefined && message.topic === topic &&
+        indexKeysOf(message.sysFlag, message.properties).includes(key)
+      ) {
+        result.messages.push(message);
+      }
+    }
+    return result;
+  }
+
+  /**
+   * Yields the messages of a queue from `fromQueueOffset` on, as they are
+   * dispatched: woken by the dispatcher, never by polling. Ends (without
+   * an error) when the store closes or `options.signal` aborts. A start
+   * below the queue's min offset moves up to it.
+   *
+   * @example
+   * ```ts ignore
+   * const controller = new AbortController();
+   * for await (const message of store.subscribe("Orders", 0, 0, { signal: controller.signal })) {
+   *   handle(message);
+   * }
+   * ```
+   */
+  async *subscribe(
+    topic: string,
+    queueId: number,
+    fromQueueOffset: number,
+    options: SubscribeOptions = {},
+  ): AsyncGenerator<StoredMessage, void, undefined> {
+    checkOffset("fromQueueOffset", fromQueueOffset);
+    const signal = options.signal;
+    const readOptions: GetMessagesOptions = options.tags === undefined
+      ? {}
+      : { tags: options.tags };
+    let next = fromQueueOffset;
+    // Bounded by the store's life: each round yields, moves on, or waits.
+    while (!this.#closed && signal?.aborted !== true) {
+      const sequence = this.#dispatcher.sequence;
+      const page = await this.getMessages(topic, queueId, next, SUBSCRIBE_BATCH_COUNT, readOptions);
+      if (page.status === "FOUND") {
+        for (const message of page.messages) {
+          if (this.#closed || isAborted(signal)) return;
+          yield message;
+        }
+        next = page.nextQueueOffset;
+        continue;
+      }
+      if (page.nextQueueOffset > next && moves(page.status)) {
+        next = page.nextQueueOffset;
+        continue;
+      }
+      await this.#waitForDispatch(sequence, signal);
+    }
+  }
+
+  /** Resolves at the next dispatch after `sequence`, at close, or on abort. */
+  #waitForDispatch(sequence: number, signal: AbortSignal | undefined): Promise<void> {
+    if (this.#dispatcher.sequence !== sequence || this.#closed || signal?.aborted === true) {
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve) => {
+      const wake = () => {
+        this.#dispatchWaiters.delete(wake);
+        signal?.removeEventListener("abort", wake);
+        resolve();
+      };
+      this.#dispatchWaiters.add(wake);
+      signal?.addEventListener("abort", wake, { once: true });
+    });
+  }
+
+  #wakeDispatchWaiters(): void {
+    for (const wake of [...this.#dispatchWaiters]) wake();
+  }
+
+  /** Where served records must end: flushed under SYNC_FLUSH, appended otherwise. */
+  #readableEnd(): number {
+    return this.#sync && !this.readOnly ? this.#commitLog.flushedOffset : this.#commitLog.maxOffset;
+  }
+
+  /** Reads and decodes the record at `offset` (of `size` bytes when known), copying its bytes. */
+  async #readMessage(offset: number, size: number | undefined): Promise<StoredMessage | undefined> {
+    if (this.#closed) return undefined;
+    const file: MappedFile | undefined = this.#commitLog.queue.findMappedFileByOffset(offset);
+    if (file === undefined) return undefined;
+    const position = offset - file.fileFromOffset;
+    let recordSize = size;
+    if (recordSize === undefined) {
+      if (offset + 4 > this.#readableEnd()) return undefined;
+      const head = await file.selectRange(position, 4);
+      if (head === undefined) return undefined;
+      const bytes = head.bytes;
+      recordSize = (bytes[0]! << 24) | (bytes[1]! << 16) | (bytes[2]! << 8) | bytes[3]!;
+      head.release();
+    }
+    if (
+      recordSize <= 0 || position + recordSize > file.fileSizeBytes ||
+      offset + recordSize > this.#readableEnd()
+    ) {
+      return undefined;
+    }
+    const range = await file.selectRange(position, recordSize);
+    if (range === undefined) return undefined;
+    try {
+      const view = checkRecord(range.bytes, 0, { expectedOffset: offset, checkCrc: false });
+      if (view.kind !== "message" || view.size !== recordSize) return undefined;
+      const message = decodeMessageView(range.bytes, view);
+      // Copies: the segment may be deleted while the caller holds the message.
+      message.body = message.body.slice();
+      message.propertiesRaw = message.propertiesRaw.slice();
+      return message;
+    } finally {
+      range.release();
+    }
+  }
+
+  // -------------------------------------------------------------------
+  // Retention and disk space
+
+  /**
+   * Runs retention now (it also runs every `cleanResourceInterval`):
+   * deletes expired commit-log segments at the `deleteWhen` hours (any
+   * hour with `now`, or when the disk is past its ratios), then the
+   * consume-queue and index files wholly below the new min offset.
+   *
+   * @throws {MqStoreError} `SERVICE_NOT_AVAILABLE` on a read-only store.
+   */
+  deleteExpiredFiles(options: { now?: boolean } = {}): Promise<RetentionReport> {
+    if (this.readOnly) {
+      return Promise.reject(
+        new MqStoreError(
+          "SERVICE_NOT_AVAILABLE",
+          `Cannot delete files of ${this.directory}: read-only`,
+        ),
+      );
+    }
+    return this.#retention.run(options);
+  }
+
+  async #diskUsedPercent(): Promise<number> {
+    const space = await this.port.diskSpace(this.directory);
+    return space.totalBytes === 0
+      ? 0
+      : (space.totalBytes - space.availableBytes) * 100 / space.totalBytes;
+  }
+
   /**
    * Compares disk use with `diskMaxUsedSpaceRatio` now (it also runs every
    * `diskSpaceCheckIntervalMs`): over it, puts are refused; under it again,
@@ -253,10 +863,7 @@ export class MessageStore {
   }
 
   async #checkDiskSpace(): Promise<boolean> {
-    const space = await this.port.diskSpace(this.directory);
-    const usedPercent = space.totalBytes === 0
-      ? 0
-      : (space.totalBytes - space.availableBytes) * 100 / space.totalBytes;
+    const usedPercent = await this.#diskUsedPercent();
     const ratio = this.#options.diskMaxUsedSpaceRatio;
     const full = usedPercent > ratio;
     this.#commitLog.setDiskFull(
@@ -290,9 +897,10 @@ export class MessageStore {
   }
 
   /**
-   * Closes the store: refuses new puts, waits for queued ones and for
-   * flushes in flight, flushes everything, writes the checkpoint, removes
-   * `abort` and releases the lock. Idempotent.
+   * Closes the store: refuses new puts, waits for queued ones, dispatches
+   * the rest, flushes the commit log, the consume queues and the index,
+   * writes the checkpoint, removes `abort` and releases the lock. Ends
+   * every subscription. Idempotent.
    *
    * @throws {MqStoreError} The final flush error; the store is closed anyway
    *   but `abort` stays, so the next open recovers as after a crash.
@@ -303,19 +911,45 @@ export class MessageStore {
   }
 
   async #close(): Promise<void> {
+    let error: unknown;
+    const attempt = async (step: () => Promise<unknown> | undefined) => {
+      try {
+        await step();
+      } catch (caught) {
+        error ??= caught;
+      }
+    };
+    this.#refusingPuts = true;
+    if (this.#putsInFlight > 0) {
+      await new Promise<void>((resolve) => this.#putsDrained = resolve);
+    }
     this.#closed = true;
+    this.#wakeDispatchWaiters();
     this.#cancelDiskTimer?.();
     await this.#diskCheck?.catch(() => {});
-    let error: unknown;
-    try {
-      await this.#commitLog.close();
-      if (!this.readOnly && this.#commitLog.failure === undefined) {
+    await attempt(() => this.#retention.close());
+    await attempt(() => this.#flushService.close());
+    await attempt(() => this.#dispatcher.close());
+    if (!this.readOnly && this.#commitLog.failure === undefined) {
+      if (this.#sync) await this.#commitLog.whenFlushed(this.#commitLog.maxOffset).catch(() => {});
+      await attempt(() =>
+        this.#dispatcher.dispatchUpTo(
+          this.#sync ? this.#commitLog.flushedOffset : this.#commitLog.maxOffset,
+        )
+      );
+    }
+    await attempt(() => this.#commitLog.close());
+    if (!this.readOnly && error === undefined && this.#commitLog.failure === undefined) {
+      await attempt(() => this.#flushService.flushAll(false));
+    }
+    await attempt(() => this.#consumeQueues.close());
+    await attempt(() => this.#index?.close());
+    if (!this.readOnly && error === undefined && this.#commitLog.failure === undefined) {
+      await attempt(async () => {
         await this.#checkpoint.flush();
         await this.port.remove(join(this.directory, "abort"));
         await this.port.syncDirectory(this.directory);
-      }
-    } catch (caught) {
-      error = caught;
+      });
     }
     try {
       await this.#lock?.release();
@@ -323,5 +957,76 @@ export class MessageStore {
       error ??= caught;
     }
     if (error !== undefined) throw error;
+  }
+}
+
+/** Whether a status's nextQueueOffset skips ahead (a subscription follows it). */
+function moves(status: GetMessageStatus): boolean {
+  return status === "OFFSET_TOO_SMALL" || status === "NO_MATCHED_MESSAGE" ||
+    status === "MESSAGE_WAS_REMOVING" || status === "OFFSET_FOUND_NULL";
+}
+
+function isAborted(signal: AbortSignal | undefined): boolean {
+  return signal?.aborted === true;
+}
+
+function checkOffset(name: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`${name} is ${value}; it must be a non-negative integer`);
+  }
+}
+
+/**
+ * Re-dispatches up to `endOffset`, writing the checkpoint as it goes so a
+ * restart during a long recovery continues from where it was.
+ */
+async function redispatch(
+  dispatcher: Dispatcher,
+  endOffset: number,
+  consumeQueues: ConsumeQueueTable,
+  index: IndexService | undefined,
+  checkpoint: StoreCheckpoint,
+): Promise<void> {
+  const save = async () => {
+    await consumeQueues.flush(0);
+    await index?.flush();
+    const offset = dispatcher.dispatchedOffset;
+    const timestamp = dispatcher.lastTimestampMs;
+    checkpoint.consumeQueueOffset = offset;
+    if (timestamp > 0) checkpoint.logicsMsgTimestamp = timestamp;
+    if (index !== undefined) {
+      checkpoint.indexOffset = offset;
+      if (timestamp > 0) checkpoint.indexMsgTimestamp = timestamp;
+    }
+    await checkpoint.flush();
+  };
+  const from = dispatcher.dispatchedOffset;
+  // Bounded: each round dispatches up to the next step or the end.
+  while (dispatcher.dispatchedOffset < endOffset) {
+    const before = dispatcher.dispatchedOffset;
+    await dispatcher.dispatchUpTo(
+      Math.min(endOffset, before + RECOVERY_CHECKPOINT_INTERVAL_BYTES),
+    );
+    if (dispatcher.dispatchedOffset === before) {
+      throw new MqStoreError(
+        "CORRUPT_RECORD",
+        `Re-dispatch stalled at commit-log offset ${before} (log ends at ${endOffset})`,
+      );
+    }
+    if (dispatcher.dispatchedOffset < endOffset) await save();
+  }
+  if (dispatcher.dispatchedOffset !== from) await save();
+}
+
+/**
+ * Removes zero-length segment files a crash during creation (by an older
+ * writer) can leave; mqstore's own creation is atomic.
+ */
+async function removeEmptySegments(port: RuntimePort, directory: string): Promise<void> {
+  if ((await port.stat(directory))?.isDirectory !== true) return;
+  for (const name of await port.list(directory)) {
+    if (!/^[0-9]{20}$/.test(name)) continue;
+    const stat = await port.stat(join(directory, name));
+    if (stat?.isFile === true && stat.sizeBytes === 0) await port.remove(join(directory, name));
   }
 }

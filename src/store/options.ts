@@ -138,6 +138,89 @@ export interface MessageStoreOptions {
    * @default {"1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"}
    */
   messageDelayLevel?: string;
+  /**
+   * Size of each consume-queue file, bytes; a whole number of 20-byte units.
+   *
+   * @default {6000000}
+   */
+  mappedFileSizeConsumeQueue?: number;
+  /**
+   * Interval of the consume-queue (and index) flusher, ms.
+   *
+   * @default {1000}
+   */
+  flushIntervalConsumeQueue?: number;
+  /**
+   * Whole 4 KiB pages the consume-queue flusher waits for.
+   *
+   * @default {2}
+   */
+  flushConsumeQueueLeastPages?: number;
+  /**
+   * The consume-queue flusher flushes everything (and writes the
+   * checkpoint) at least this often, ms.
+   *
+   * @default {60000}
+   */
+  flushConsumeQueueThoroughInterval?: number;
+  /**
+   * Build the key index (`index/`).
+   *
+   * @default {true}
+   */
+  messageIndexEnable?: boolean;
+  /**
+   * Hash slots per index file.
+   *
+   * @default {5000000}
+   */
+  maxHashSlotNum?: number;
+  /**
+   * Entries per index file.
+   *
+   * @default {20000000}
+   */
+  maxIndexNum?: number;
+  /**
+   * Hours a commit-log segment is kept after its last write.
+   *
+   * @default {72}
+   */
+  fileReservedTime?: number;
+  /**
+   * Hours of the day (local time) at which expired segments are deleted,
+   * `;`-separated (`"04;10"`).
+   *
+   * @default {"04"}
+   */
+  deleteWhen?: string;
+  /**
+   * Disk use (percent) past which expired segments are deleted at once and
+   * whatever their age (if `cleanFileForciblyEnable`).
+   *
+   * @default {85}
+   */
+  diskSpaceCleanForciblyRatio?: number;
+  /**
+   * Delete segments that have not expired yet when the disk is past
+   * `diskSpaceCleanForciblyRatio`.
+   *
+   * @default {true}
+   */
+  cleanFileForciblyEnable?: boolean;
+  /**
+   * How often the retention service runs, ms.
+   *
+   * @default {10000}
+   */
+  cleanResourceInterval?: number;
+  /**
+   * How long a segment held by a reader is spared before it is deleted
+   * anyway, ms.
+   *
+   * @default {120000}
+   */
+  destroyMapedFileIntervalForcibly?: number;
 
   // mqstore's own settings.
 
@@ -200,6 +283,52 @@ export interface ResolvedStoreOptions extends Required<Omit<MessageStoreOptions,
   port: RuntimePort | undefined;
   /** The parsed delay levels, ms. */
   delayLevelsMs: number[];
+  /** The hours of `deleteWhen`. */
+  deleteWhenHours: number[];
+}
+
+/** Size of a consume-queue unit (SPEC §7). */
+const CQ_UNIT_BYTES = 20;
+
+function consumeQueueFileSize(value: unknown): number {
+  const size = integer(
+    "mappedFileSizeConsumeQueue",
+    value ?? 6_000_000,
+    CQ_UNIT_BYTES,
+    0x7FFF_FFEC,
+  );
+  if (size % CQ_UNIT_BYTES !== 0) {
+    throw new RangeError(
+      `mappedFileSizeConsumeQueue is ${size}; it must be a whole number of ${CQ_UNIT_BYTES}-byte units`,
+    );
+  }
+  return size;
+}
+
+/**
+ * Parses RocketMQ's `deleteWhen` (`"04"`, `"04;10"`) into hours of the day.
+ *
+ * @example
+ * ```ts
+ * import { parseDeleteWhen } from "./options.ts";
+ *
+ * console.log(parseDeleteWhen("04;10")); // [4, 10]
+ * ```
+ */
+export function parseDeleteWhen(text: string): number[] {
+  if (typeof text !== "string") {
+    throw new TypeError(`deleteWhen must be a string, not ${typeof text}`);
+  }
+  const hours = text.split(";").map((part) => part.trim()).filter((part) => part.length > 0).map(
+    (part) => {
+      if (!/^[0-9]{1,2}$/.test(part) || Number(part) > 23) {
+        throw new RangeError(`deleteWhen part "${part}" is not an hour from 00 to 23`);
+      }
+      return Number(part);
+    },
+  );
+  if (hours.length === 0) throw new RangeError(`deleteWhen "${text}" lists no hour`);
+  return hours;
 }
 
 const TIME_UNITS_MS: Readonly<Record<string, number>> = {
@@ -372,6 +501,53 @@ export function resolveOptions(options: MessageStoreOptions = {}): ResolvedStore
     checkCRCOnRecover: boolean("checkCRCOnRecover", options.checkCRCOnRecover ?? true),
     messageDelayLevel,
     delayLevelsMs: parseDelayLevels(messageDelayLevel),
+    mappedFileSizeConsumeQueue: consumeQueueFileSize(options.mappedFileSizeConsumeQueue),
+    flushIntervalConsumeQueue: integer(
+      "flushIntervalConsumeQueue",
+      options.flushIntervalConsumeQueue ?? 1_000,
+      1,
+      day,
+    ),
+    flushConsumeQueueLeastPages: integer(
+      "flushConsumeQueueLeastPages",
+      options.flushConsumeQueueLeastPages ?? 2,
+      0,
+      0x10_0000,
+    ),
+    flushConsumeQueueThoroughInterval: integer(
+      "flushConsumeQueueThoroughInterval",
+      options.flushConsumeQueueThoroughInterval ?? 60_000,
+      0,
+      day,
+    ),
+    messageIndexEnable: boolean("messageIndexEnable", options.messageIndexEnable ?? true),
+    maxHashSlotNum: integer("maxHashSlotNum", options.maxHashSlotNum ?? 5_000_000, 1, 0x1000_0000),
+    maxIndexNum: integer("maxIndexNum", options.maxIndexNum ?? 20_000_000, 2, 0x1000_0000),
+    fileReservedTime: integer("fileReservedTime", options.fileReservedTime ?? 72, 0, 0x10_0000),
+    deleteWhen: options.deleteWhen ?? "04",
+    deleteWhenHours: parseDeleteWhen(options.deleteWhen ?? "04"),
+    diskSpaceCleanForciblyRatio: integer(
+      "diskSpaceCleanForciblyRatio",
+      options.diskSpaceCleanForciblyRatio ?? 85,
+      10,
+      100,
+    ),
+    cleanFileForciblyEnable: boolean(
+      "cleanFileForciblyEnable",
+      options.cleanFileForciblyEnable ?? true,
+    ),
+    cleanResourceInterval: integer(
+      "cleanResourceInterval",
+      options.cleanResourceInterval ?? 10_000,
+      1,
+      day,
+    ),
+    destroyMapedFileIntervalForcibly: integer(
+      "destroyMapedFileIntervalForcibly",
+      options.destroyMapedFileIntervalForcibly ?? 120_000,
+      0,
+      day,
+    ),
     readOnly: boolean("readOnly", options.readOnly ?? false),
     adapter,
     port: options.port,

@@ -1,0 +1,148 @@
+/**
+ * The consume-queue flusher (RocketMQ's `FlushConsumeQueueService`): every
+ * `flushIntervalConsumeQueue` it flushes the consume queues under the
+ * least-pages rule; at a thorough flush (every
+ * `flushConsumeQueueThoroughInterval`) it flushes every queue and the index
+ * whole and records in the checkpoint how far they are durable.
+ *
+ * ```
+ * snapshot (dispatched offset, its timestamp) ─► flush queues (+ index)
+ *   ─► checkpoint.consumeQueueOffset / logicsMsgTimestamp
+ *      (indexOffset / indexMsgTimestamp) ─► checkpoint file
+ * ```
+ *
+ * The snapshot is taken before the flush: everything dispatched before it
+ * is durable once the flush returns, so recovery may start re-dispatch
+ * there.
+ *
+ * @module
+ */
+
+import type { StoreCheckpoint } from "../commit_log/store_checkpoint.ts";
+import type { Clock } from "../segment/clock.ts";
+import type { ConsumeQueueTable } from "./consume_queue_table.ts";
+import type { IndexService } from "./index_service.ts";
+
+/** How far dispatch has gone. */
+export interface DispatchProgress {
+  /** Offset of the next record to dispatch. */
+  offset: number;
+  /** storeTimestamp of the last dispatched record, ms (0 when none). */
+  timestampMs: number;
+}
+
+/** Options of {@link ConsumeQueueFlushService}. */
+export interface ConsumeQueueFlushServiceOptions {
+  /** The queues flushed. */
+  consumeQueues: ConsumeQueueTable;
+  /** The index flushed at thorough flushes; undefined without the index. */
+  index: IndexService | undefined;
+  /** Receives the durable offsets and timestamps. */
+  checkpoint: StoreCheckpoint;
+  /** Timers. */
+  clock: Clock;
+  /** `flushIntervalConsumeQueue`, ms. */
+  intervalMs: number;
+  /** `flushConsumeQueueLeastPages`. */
+  leastPages: number;
+  /** `flushConsumeQueueThoroughInterval`, ms. */
+  thoroughIntervalMs: number;
+  /** Where dispatch is now. */
+  progress: () => DispatchProgress;
+  /** Receives a flush error (the service stops). */
+  onError: (error: unknown) => void;
+}
+
+/**
+ * Flushes the consume queues and the index in the background.
+ *
+ * @example
+ * ```ts ignore
+ * const service = new ConsumeQueueFlushService({ consumeQueues, index, checkpoint, clock,
+ *   intervalMs: 1000, leastPages: 2, thoroughIntervalMs: 60_000,
+ *   progress: () => ({ offset: dispatcher.dispatchedOffset, timestampMs: dispatcher.lastTimestampMs }),
+ *   onError: console.error });
+ * service.start();
+ * await service.close();
+ * await service.flushAll(); // close: everything durable, checkpoint written
+ * ```
+ */
+export class ConsumeQueueFlushService {
+  #options: ConsumeQueueFlushServiceOptions;
+  #lastThoroughMs: number;
+  #cancelTimer: (() => void) | undefined;
+  /** The flush in progress (close waits for it). */
+  #running: Promise<void> | undefined;
+  #started = false;
+  #closed = false;
+
+  /** @param options Queues, index, checkpoint, clock and intervals. */
+  constructor(options: ConsumeQueueFlushServiceOptions) {
+    this.#options = options;
+    this.#lastThoroughMs = options.clock.nowMs();
+  }
+
+  /** Starts the timer. */
+  start(): void {
+    if (this.#started || this.#closed) return;
+    this.#started = true;
+    this.#schedule();
+  }
+
+  /**
+   * Flushes every queue and the index whole, then writes how far they are
+   * durable to the checkpoint (in memory; `writeCheckpoint` also writes the
+   * file).
+   */
+  async flushAll(writeCheckpoint = true): Promise<void> {
+    await this.#running?.catch(() => {});
+    await this.#flush(0, writeCheckpoint);
+  }
+
+  /** Stops the timer and waits for a flush in progress. Idempotent. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#cancelTimer?.();
+    this.#cancelTimer = undefined;
+    await this.#running?.catch(() => {});
+  }
+
+  #schedule(): void {
+    if (this.#closed) return;
+    const options = this.#options;
+    this.#cancelTimer = options.clock.setTimer(options.intervalMs, () => {
+      this.#cancelTimer = undefined;
+      if (this.#closed) return;
+      const now = options.clock.nowMs();
+      const thorough = now >= this.#lastThoroughMs + options.thoroughIntervalMs;
+      if (thorough) this.#lastThoroughMs = now;
+      const run = this.#flush(thorough ? 0 : options.leastPages, thorough);
+      this.#running = run;
+      run.then(
+        () => this.#schedule(),
+        (error) => {
+          this.#closed = true;
+          options.onError(error);
+        },
+      ).finally(() => {
+        if (this.#running === run) this.#running = undefined;
+      });
+    });
+  }
+
+  async #flush(leastPages: number, thorough: boolean): Promise<void> {
+    const options = this.#options;
+    const progress = options.progress();
+    await options.consumeQueues.flush(leastPages);
+    if (leastPages !== 0) return;
+    const checkpoint = options.checkpoint;
+    if (progress.timestampMs > 0) checkpoint.logicsMsgTimestamp = progress.timestampMs;
+    checkpoint.consumeQueueOffset = progress.offset;
+    if (options.index !== undefined) {
+      await options.index.flush();
+      if (progress.timestampMs > 0) checkpoint.indexMsgTimestamp = progress.timestampMs;
+      checkpoint.indexOffset = progress.offset;
+    }
+    if (thorough) await checkpoint.flush();
+  }
+}

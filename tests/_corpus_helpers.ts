@@ -1,0 +1,61 @@
+/**
+ * Helpers of the tests that open the RocketMQ 4.9.8 corpus stores
+ * (`/work/shared/testdata/rocketmq-4.9.8`): writable copies, the corpus
+ * parameters, and its JSON files.
+ *
+ * @module
+ */
+
+import fs from "node:fs";
+import path from "node:path";
+import { makeTempDirectory } from "./_helpers.ts";
+
+/** The corpus root. */
+export const CORPUS = "/work/shared/testdata/rocketmq-4.9.8";
+
+/** Whether the corpus is here (tests skip otherwise). */
+export const CORPUS_PRESENT: boolean = fs.existsSync(CORPUS);
+
+/** Skip reason for `test(..., { skip })`. */
+export const CORPUS_SKIP: string | undefined = CORPUS_PRESENT ? undefined : `${CORPUS} is not here`;
+
+/** The corpus's parameters (README.txt). */
+export const CORPUS_OPTIONS = {
+  mappedFileSizeCommitLog: 0x1_0000,
+  mappedFileSizeConsumeQueue: 600,
+  maxHashSlotNum: 64,
+  maxIndexNum: 256,
+  flushDiskType: "SYNC_FLUSH",
+} as const;
+
+// deno-lint-ignore no-explicit-any
+export type Json = Record<string, any>;
+
+/** Copies a corpus store into a fresh, writable temp directory. */
+export function copyCorpusStore(profile: string): { root: string; directory: string } {
+  const root = makeTempDirectory();
+  const directory = path.join(root, "store");
+  fs.cpSync(path.join(CORPUS, profile, "store"), directory, { recursive: true });
+  const makeWritable = (at: string) => {
+    const directoryEntry = fs.statSync(at).isDirectory();
+    fs.chmodSync(at, directoryEntry ? 0o755 : 0o644);
+    if (directoryEntry) {
+      for (const name of fs.readdirSync(at)) {
+        makeWritable(path.join(at, name));
+      }
+    }
+  };
+  makeWritable(directory);
+  return { root, directory };
+}
+
+/** The objects of a corpus `.jsonl` file. */
+export function readJsonLines(profile: string, name: string): Json[] {
+  return fs.readFileSync(path.join(CORPUS, profile, name), "utf8").trim().split("\n")
+    .map((line) => JSON.parse(line) as Json);
+}
+
+/** A corpus `.json` file. */
+export function readJson(profile: string, name: string): Json {
+  return JSON.parse(fs.readFileSync(path.join(CORPUS, profile, name), "utf8")) as Json;
+}
