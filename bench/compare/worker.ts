@@ -1,0 +1,122 @@
+/**
+ * Runs comparison cases on the runtime that runs this file and prints JSON
+ * lines on stdout ({@link WorkerLine}): a header first, then each case's
+ * result as soon as it is measured, so the cases finished before a worker
+ * hung or died still count. Progress goes to stderr.
+ *
+ * Spawned by `scripts/bench_compare.ts` as
+ * `deno run -A bench/compare/worker.ts --config FILE`,
+ * `bun bench/compare/worker.ts --config FILE`,
+ * `node --import tsx bench/compare/worker.ts --config FILE`, where FILE
+ * holds a {@link WorkerConfig}. Without `--config` it runs every case once
+ * at the quick sizes (a smoke test of one runtime).
+ *
+ * @module
+ */
+
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import process from "node:process";
+import type { Durability, PeerProbe } from "./_peer.ts";
+import {
+  buildCases,
+  type CaseResult,
+  type CaseSpec,
+  PEERS,
+  QUICK_SIZING,
+  runCase,
+  warmupOf,
+} from "./workloads.ts";
+
+/** What the orchestrator asks of one worker process. */
+export interface WorkerConfig {
+  cases: CaseSpec[];
+  /** Parent of the runs' directories. */
+  directory: string;
+  /** Run a tenth of each case first. */
+  warmup: boolean;
+}
+
+/** One line of a worker's stdout. */
+export type WorkerLine =
+  | { type: "header"; header: Omit<WorkerReport, "results"> }
+  | { type: "result"; result: CaseResult };
+
+/** What a worker reports, once its lines are put together. */
+export interface WorkerReport {
+  runtime: "deno" | "bun" | "node";
+  runtimeVersion: string;
+  /** Each store's version, or why it is unavailable. */
+  peers: Record<string, PeerProbe>;
+  /** Each store's settings per durability. */
+  settings: Record<string, Record<Durability, string>>;
+  results: CaseResult[];
+}
+
+function runtime(): { name: WorkerReport["runtime"]; version: string } {
+  const host = globalThis as {
+    Deno?: { version: { deno: string; v8: string } };
+    Bun?: { version: string };
+  };
+  if (host.Deno !== undefined) return { name: "deno", version: host.Deno.version.deno };
+  if (host.Bun !== undefined) return { name: "bun", version: host.Bun.version };
+  return { name: "node", version: process.versions.node };
+}
+
+function readConfig(): WorkerConfig {
+  const at = process.argv.indexOf("--config");
+  if (at >= 0) {
+    const file = process.argv[at + 1];
+    if (file === undefined) throw new TypeError("--config needs a file");
+    return JSON.parse(fs.readFileSync(file, "utf8")) as WorkerConfig;
+  }
+  return { cases: buildCases(QUICK_SIZING), directory: os.tmpdir(), warmup: false };
+}
+
+async function main(): Promise<void> {
+  const config = readConfig();
+  const host = runtime();
+  const peers: Record<string, PeerProbe> = {};
+  const settings: Record<string, Record<Durability, string>> = {};
+  for (const peer of PEERS) {
+    peers[peer.name] = await peer.probe();
+    settings[peer.name] = { async: peer.settings("async"), sync: peer.settings("sync") };
+  }
+  const emit = (line: WorkerLine) => process.stdout.write(`${JSON.stringify(line)}\n`);
+  const skip = (id: string, skipped: string | undefined) =>
+    emit({ type: "result", result: { id, ratePerS: 0, count: 0, elapsedMs: 0, skipped } });
+  emit({
+    type: "header",
+    header: { runtime: host.name, runtimeVersion: host.version, peers, settings },
+  });
+  const directory = fs.mkdtempSync(path.join(config.directory, "mqstore-compare-"));
+  try {
+    for (const spec of config.cases) {
+      if (spec.peer !== undefined && peers[spec.peer]?.version === undefined) {
+        skip(spec.id, peers[spec.peer]?.reason ?? `unknown peer ${spec.peer}`);
+        continue;
+      }
+      try {
+        if (config.warmup) await runCase(warmupOf(spec), directory);
+        const result = await runCase(spec, directory);
+        emit({ type: "result", result });
+        process.stderr.write(
+          `${host.name} ${spec.id}: ${result.ratePerS.toFixed(0)}/s` +
+            (result.p50Us === undefined
+              ? ""
+              : ` p50 ${result.p50Us.toFixed(0)} µs p99 ${result.p99Us?.toFixed(0)} µs`) +
+            "\n",
+        );
+      } catch (error) {
+        const reason = error instanceof Error ? error.message.split("\n")[0]! : String(error);
+        process.stderr.write(`${host.name} ${spec.id}: FAILED ${reason}\n`);
+        skip(spec.id, `failed: ${reason}`);
+      }
+    }
+  } finally {
+    fs.rmSync(directory, { recursive: true, force: true });
+  }
+}
+
+await main();

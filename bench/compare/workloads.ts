@@ -1,0 +1,303 @@
+/**
+ * The workloads of the side-by-side comparison and how one of them runs
+ * on the current runtime. The orchestrator (`scripts/bench_compare.ts`)
+ * builds the list with {@link buildCases}; the worker (`worker.ts`) runs
+ * it with {@link runCase}.
+ *
+ * - `throughput`: N records put in batches of 1000 with `async` durability
+ *   (records/s);
+ * - `durable`: 1 or 64 producers putting one record at a time with `sync`
+ *   durability for a fixed time (acks/s, ack latency p50/p99);
+ * - `memcpy`, `sequential`, `fsync`, `group`: the machine's limits
+ *   (`limits.ts`).
+ *
+ * @module
+ */
+
+import fs from "node:fs";
+import path from "node:path";
+import {
+  durableWriteLimit,
+  groupCommitLimit,
+  type LimitResult,
+  memcpyLimit,
+  sequentialWriteLimit,
+} from "./limits.ts";
+import { levelPeer } from "./level_peer.ts";
+import { lmdbPeer } from "./lmdb_peer.ts";
+import { mqstoreBatchPeer, mqstorePeer } from "./mqstore_peer.ts";
+import type { PeerModule } from "./_peer.ts";
+import { sqlitePeer } from "./sqlite_peer.ts";
+import { percentile, Samples } from "./_stats.ts";
+
+/** Records per batch in the throughput workloads. */
+export const BATCH_RECORDS = 1000;
+/** Producers of the concurrent durable workloads. */
+export const MANY_PRODUCERS = 64;
+/** The record sizes compared. */
+export const PAYLOAD_SIZES = [128, 1024] as const;
+
+/** Every store compared, mqstore first. */
+export const PEERS: readonly PeerModule[] = [
+  mqstorePeer,
+  mqstoreBatchPeer,
+  lmdbPeer,
+  sqlitePeer,
+  levelPeer,
+];
+
+/** What a case measures. */
+export type CaseKind = "throughput" | "durable" | "memcpy" | "sequential" | "fsync" | "group";
+
+/** One measured run, the same on every runtime. */
+export interface CaseSpec {
+  /** Unique within a run, e.g. `throughput/lmdb/1024`. */
+  id: string;
+  kind: CaseKind;
+  /** The store, for `throughput` and `durable`. */
+  peer?: string;
+  payloadBytes: number;
+  /** Concurrent producers (`durable`, `group`); 1 elsewhere. */
+  producers: number;
+  /** Records, pages or bytes for count-bound cases. */
+  count?: number;
+  /** Duration of time-bound cases. */
+  durationMs?: number;
+}
+
+/** What one run of a case measured. */
+export interface CaseResult {
+  id: string;
+  /** Records/s, acks/s, bytes/s or durable writes/s. */
+  ratePerS: number;
+  count: number;
+  elapsedMs: number;
+  p50Us?: number;
+  p99Us?: number;
+  /** Set when the case could not run here (peer missing, failure). */
+  skipped?: string;
+}
+
+/** Sizes of a run: `full` aims at 1–3 s per case, `quick` at a smoke test. */
+export interface Sizing {
+  /** Records of a throughput case, per payload size. */
+  throughputRecords: Record<number, number>;
+  /** Records copied by the memcpy limit, per payload size. */
+  memcpyRecords: Record<number, number>;
+  durableMs: number;
+  sequentialBytes: number;
+}
+
+/** Default sizes: about 1–3 s per case on this 2-core VM. */
+export const FULL_SIZING: Sizing = {
+  throughputRecords: { 128: 600_000, 1024: 200_000 },
+  memcpyRecords: { 128: 30_000_000, 1024: 5_000_000 },
+  durableMs: 2_000,
+  sequentialBytes: 0x2000_0000,
+};
+
+/** `--quick`: a smoke run. */
+export const QUICK_SIZING: Sizing = {
+  throughputRecords: { 128: 50_000, 1024: 20_000 },
+  memcpyRecords: { 128: 2_000_000, 1024: 500_000 },
+  durableMs: 300,
+  sequentialBytes: 0x1000_0000,
+};
+
+/** The cases of a run, limits first then stores, for every payload size. */
+export function buildCases(sizing: Sizing): CaseSpec[] {
+  const cases: CaseSpec[] = [];
+  for (const payloadBytes of PAYLOAD_SIZES) {
+    cases.push({
+      id: `memcpy/${payloadBytes}`,
+      kind: "memcpy",
+      payloadBytes,
+      producers: 1,
+      count: sizing.memcpyRecords[payloadBytes],
+    });
+  }
+  cases.push({
+    id: "sequential",
+    kind: "sequential",
+    payloadBytes: 0x40_0000,
+    producers: 1,
+    count: sizing.sequentialBytes,
+  });
+  cases.push({
+    id: "fsync",
+    kind: "fsync",
+    payloadBytes: 0x1000,
+    producers: 1,
+    durationMs: sizing.durableMs,
+  });
+  for (const payloadBytes of PAYLOAD_SIZES) {
+    cases.push({
+      id: `group/${MANY_PRODUCERS}/${payloadBytes}`,
+      kind: "group",
+      payloadBytes,
+      producers: MANY_PRODUCERS,
+      durationMs: sizing.durableMs,
+    });
+  }
+  for (const payloadBytes of PAYLOAD_SIZES) {
+    for (const peer of PEERS) {
+      cases.push({
+        id: `throughput/${peer.name}/${payloadBytes}`,
+        kind: "throughput",
+        peer: peer.name,
+        payloadBytes,
+        producers: 1,
+        count: sizing.throughputRecords[payloadBytes],
+      });
+    }
+  }
+  for (const payloadBytes of PAYLOAD_SIZES) {
+    for (const producers of [1, MANY_PRODUCERS]) {
+      for (const peer of PEERS) {
+        if (!peer.supportsProducers(producers)) continue;
+        cases.push({
+          id: `durable/${peer.name}/${producers}/${payloadBytes}`,
+          kind: "durable",
+          peer: peer.name,
+          payloadBytes,
+          producers,
+          durationMs: sizing.durableMs,
+        });
+      }
+    }
+  }
+  return cases;
+}
+
+/** The peer of a case. */
+export function peerOf(name: string | undefined): PeerModule {
+  const peer = PEERS.find((p) => p.name === name);
+  if (peer === undefined) throw new RangeError(`Unknown peer ${name}`);
+  return peer;
+}
+
+/** A payload of pseudo-random bytes, so no layer can compress it away. */
+function payload(sizeBytes: number): Uint8Array {
+  const bytes = new Uint8Array(sizeBytes);
+  let x = 0x9e37_79b9;
+  for (let i = 0; i < sizeBytes; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    bytes[i] = x & 0xff;
+  }
+  return bytes;
+}
+
+function fromLimit(id: string, limit: LimitResult): CaseResult {
+  const result: CaseResult = {
+    id,
+    ratePerS: limit.ratePerS,
+    count: limit.count,
+    elapsedMs: limit.elapsedMs,
+  };
+  if (limit.latenciesUs !== undefined) {
+    result.p50Us = percentile(limit.latenciesUs, 0.5);
+    result.p99Us = percentile(limit.latenciesUs, 0.99);
+  }
+  return result;
+}
+
+async function runThroughput(spec: CaseSpec, directory: string): Promise<CaseResult> {
+  const peer = await peerOf(spec.peer).open(directory, "async");
+  const body = payload(spec.payloadBytes);
+  const batch = Array.from({ length: BATCH_RECORDS }, () => body);
+  const batches = Math.max(1, Math.round((spec.count ?? BATCH_RECORDS) / BATCH_RECORDS));
+  try {
+    const start = performance.now();
+    for (let i = 0; i < batches; i++) await peer.putBatch(batch);
+    const elapsedMs = performance.now() - start;
+    const count = batches * BATCH_RECORDS;
+    return { id: spec.id, ratePerS: count / elapsedMs * 1000, count, elapsedMs };
+  } finally {
+    await peer.close();
+  }
+}
+
+async function runDurable(spec: CaseSpec, directory: string): Promise<CaseResult> {
+  const peer = await peerOf(spec.peer).open(directory, "sync");
+  const latenciesUs = new Samples();
+  let acks = 0;
+  try {
+    const start = performance.now();
+    const deadline = start + (spec.durationMs ?? 1_000);
+    const producer = async (index: number) => {
+      const body = payload(spec.payloadBytes);
+      body[0] = index;
+      while (performance.now() < deadline) {
+        const t = performance.now();
+        await peer.put(body);
+        latenciesUs.push((performance.now() - t) * 1000);
+        acks++;
+      }
+    };
+    await Promise.all(Array.from({ length: spec.producers }, (_, i) => producer(i)));
+    const elapsedMs = performance.now() - start;
+    return {
+      id: spec.id,
+      ratePerS: acks / elapsedMs * 1000,
+      count: acks,
+      elapsedMs,
+      p50Us: percentile(latenciesUs.values(), 0.5),
+      p99Us: percentile(latenciesUs.values(), 0.99),
+    };
+  } finally {
+    await peer.close();
+  }
+}
+
+/** File of the durable limits: big enough for a few hundred k acks/s of 1 KiB. */
+function groupFileBytes(spec: CaseSpec): number {
+  return Math.min(0x4000_0000, Math.max(0x400_0000, (spec.durationMs ?? 1_000) * 0x4_0000));
+}
+
+/** Runs one case in a fresh subdirectory of `directory`, removed after. */
+export async function runCase(spec: CaseSpec, directory: string): Promise<CaseResult> {
+  const runDirectory = fs.mkdtempSync(path.join(directory, "run-"));
+  try {
+    switch (spec.kind) {
+      case "memcpy":
+        return fromLimit(spec.id, memcpyLimit(spec.payloadBytes, spec.count ?? 1));
+      case "sequential":
+        return fromLimit(spec.id, sequentialWriteLimit(runDirectory, spec.count ?? 1));
+      case "fsync":
+        return fromLimit(
+          spec.id,
+          await durableWriteLimit(runDirectory, spec.durationMs ?? 1_000, groupFileBytes(spec)),
+        );
+      case "group":
+        return fromLimit(
+          spec.id,
+          await groupCommitLimit(
+            runDirectory,
+            spec.producers,
+            spec.payloadBytes,
+            spec.durationMs ?? 1_000,
+            groupFileBytes(spec),
+          ),
+        );
+      case "throughput":
+        return await runThroughput(spec, runDirectory);
+      case "durable":
+        return await runDurable(spec, runDirectory);
+    }
+  } finally {
+    fs.rmSync(runDirectory, { recursive: true, force: true });
+  }
+}
+
+/** A tenth of a case (at least one batch, 100 ms), to warm the JIT up. */
+export function warmupOf(spec: CaseSpec): CaseSpec {
+  const warm: CaseSpec = { ...spec, id: `${spec.id}#warmup` };
+  if (spec.count !== undefined) {
+    const floor = spec.kind === "throughput" ? BATCH_RECORDS : 1;
+    warm.count = Math.max(floor, Math.round(spec.count / 10));
+  }
+  if (spec.durationMs !== undefined) warm.durationMs = Math.max(100, spec.durationMs / 10);
+  return warm;
+}

@@ -1,0 +1,340 @@
+/**
+ * The side-by-side comparison: mqstore against lmdb, SQLite (WAL) and
+ * LevelDB (classic-level), and against the machine's own limits, on Deno,
+ * Bun and Node, with durability held equal on both sides.
+ *
+ * Usage: `tsx scripts/bench_compare.ts [options]` (or `npm run bench:compare`)
+ *
+ *   --quick            small sizes and 1 repeat: a smoke run
+ *   --repeats N        runs of every case per runtime (default 3; quick 1)
+ *   --runtimes LIST    e.g. `deno,node` (default deno,bun,node)
+ *   --only TEXT        only cases whose id contains TEXT (limits always run)
+ *   --out DIR          where BENCHMARKS.md and docs/benchmarks.svg go
+ *                      (default: the repository root)
+ *   --dir DIR          where the stores are created (default: the OS temp dir)
+ *   --raw FILE         also save the workers' raw reports as JSON
+ *
+ * Every repeat spawns one worker process per runtime
+ * (`bench/compare/worker.ts`); the runtimes take turns, and the case order
+ * is reversed every other repeat, so no store always runs first or last
+ * (memory left idle refills several times slower on this VM). Each case is
+ * warmed up with a tenth of its size. The report gives medians and the
+ * spread (min–max) over the repeats.
+ *
+ * @module
+ */
+
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import process from "node:process";
+import { renderChart } from "../bench/compare/_chart.ts";
+import {
+  describe,
+  isMqstore,
+  renderTable,
+  type Runtime,
+  RUNTIMES,
+  summarise,
+  type Summary,
+  tableRows,
+} from "../bench/compare/_summary.ts";
+import type { WorkerConfig, WorkerLine, WorkerReport } from "../bench/compare/worker.ts";
+import {
+  BATCH_RECORDS,
+  buildCases,
+  type CaseResult,
+  type CaseSpec,
+  FULL_SIZING,
+  MANY_PRODUCERS,
+  QUICK_SIZING,
+} from "../bench/compare/workloads.ts";
+
+const ROOT = path.resolve(import.meta.dirname ?? ".", "..");
+const BIN = path.join(ROOT, "node_modules", ".bin");
+const WORKER = "bench/compare/worker.ts";
+/**
+ * A worker still running by then is stuck (a full one takes 1.5–3 min
+ * here): it is killed, and the cases it finished still count.
+ */
+const WORKER_TIMEOUT_MS = 12 * 60_000;
+
+interface Options {
+  quick: boolean;
+  repeats: number;
+  runtimes: Runtime[];
+  only: string | undefined;
+  out: string;
+  directory: string;
+  raw: string | undefined;
+}
+
+function parseOptions(argv: readonly string[]): Options {
+  const value = (name: string): string | undefined => {
+    const at = argv.indexOf(name);
+    if (at < 0) return undefined;
+    const v = argv[at + 1];
+    if (v === undefined) throw new TypeError(`${name} needs a value`);
+    return v;
+  };
+  const quick = argv.includes("--quick");
+  const repeats = Number(value("--repeats") ?? (quick ? 1 : 3));
+  if (!Number.isInteger(repeats) || repeats < 1) throw new RangeError(`--repeats ${repeats}`);
+  const runtimes = (value("--runtimes") ?? RUNTIMES.join(",")).split(",") as Runtime[];
+  for (const runtime of runtimes) {
+    if (!RUNTIMES.includes(runtime)) throw new RangeError(`Unknown runtime ${runtime}`);
+  }
+  return {
+    quick,
+    repeats,
+    runtimes,
+    only: value("--only"),
+    out: path.resolve(value("--out") ?? ROOT),
+    directory: path.resolve(value("--dir") ?? os.tmpdir()),
+    raw: value("--raw"),
+  };
+}
+
+function command(runtime: Runtime, configFile: string): [string, string[]] {
+  switch (runtime) {
+    case "deno":
+      return [path.join(BIN, "deno"), ["run", "-A", WORKER, "--config", configFile]];
+    case "bun":
+      return [path.join(BIN, "bun"), [WORKER, "--config", configFile]];
+    case "node":
+      return [process.execPath, ["--import", "tsx", WORKER, "--config", configFile]];
+  }
+}
+
+function runWorker(runtime: Runtime, config: WorkerConfig): WorkerReport | undefined {
+  const configFile = path.join(config.directory, `mqstore-compare-${runtime}-${process.pid}.json`);
+  fs.writeFileSync(configFile, JSON.stringify(config));
+  try {
+    const [file, args] = command(runtime, configFile);
+    const result = spawnSync(file, args, {
+      cwd: ROOT,
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "inherit"],
+      maxBuffer: 0x1000_0000,
+      timeout: WORKER_TIMEOUT_MS,
+    });
+    let report: WorkerReport | undefined;
+    for (const text of (result.stdout ?? "").split("\n")) {
+      if (!text.startsWith("{")) continue;
+      const line = JSON.parse(text) as WorkerLine;
+      if (line.type === "header") report = { ...line.header, results: [] };
+      else report?.results.push(line.result);
+    }
+    if (result.status !== 0 || report === undefined) {
+      const done = report?.results.length ?? 0;
+      console.error(
+        `${runtime}: worker ended with ${result.signal ?? `exit ${result.status}`}` +
+          `${result.error ? ` (${result.error.message})` : ""}; ` +
+          `${done} of ${config.cases.length} cases reported`,
+      );
+      const next = config.cases[done];
+      if (report !== undefined && next !== undefined) {
+        report.results.push({
+          id: next.id,
+          ratePerS: 0,
+          count: 0,
+          elapsedMs: 0,
+          skipped: `failed: the worker ended (${result.signal ?? result.status}) in this case`,
+        });
+      }
+    }
+    return report;
+  } finally {
+    fs.rmSync(configFile, { force: true });
+  }
+}
+
+function shell(commandLine: string): string {
+  const result = spawnSync("sh", ["-c", commandLine], { encoding: "utf8" });
+  return (result.stdout ?? "").trim();
+}
+
+function machine(directory: string, loadAtStart: readonly number[]): string[] {
+  const cpu = os.cpus()[0]?.model ?? "?";
+  const load = (values: readonly number[]) => values.map((v) => v.toFixed(2)).join(", ");
+  return [
+    `- Load average (1, 5, 15 min) at start: ${load(loadAtStart)}; at end: ${load(os.loadavg())}`,
+    `- CPU: ${cpu}, nproc ${shell("nproc") || os.cpus().length}`,
+    `- Memory: ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB`,
+    `- Kernel: ${os.type()} ${os.release()} ${os.arch()}`,
+    `- Disk (df -hT of the store directory ${directory}):`,
+    "",
+    "```",
+    shell(`df -hT ${JSON.stringify(directory)}`),
+    "```",
+  ];
+}
+
+function mqstoreSummary(summaries: readonly Summary[], runtimes: readonly Runtime[]): string[][] {
+  const rows = [[
+    "workload",
+    "store",
+    ...runtimes.map((r) => `${r} × best peer`),
+    ...runtimes.map((r) => `${r} × limit`),
+  ]];
+  const seen = new Set<string>();
+  for (const s of summaries) {
+    if (!isMqstore(s.spec.peer) || seen.has(s.spec.id)) continue;
+    seen.add(s.spec.id);
+    const cells = runtimes.map((runtime) =>
+      summaries.find((o) => o.spec.id === s.spec.id && o.runtime === runtime)
+    );
+    const ratio = (value: number | undefined, skipped: string | undefined) =>
+      skipped !== undefined
+        ? skipped.startsWith("pending") ? "pending" : "n/a"
+        : value === undefined
+        ? "-"
+        : `${value.toFixed(2)}×`;
+    rows.push([
+      describe(s.spec),
+      s.spec.peer ?? "",
+      ...cells.map((c) =>
+        c === undefined
+          ? "-"
+          : `${ratio(c.toBestPeer, c.skipped)}${c.bestPeer ? ` (${c.bestPeer})` : ""}`
+      ),
+      ...cells.map((c) => c === undefined ? "-" : ratio(c.toLimit, c.skipped)),
+    ]);
+  }
+  return rows;
+}
+
+function main(): void {
+  const options = parseOptions(process.argv.slice(2));
+  const sizing = options.quick ? QUICK_SIZING : FULL_SIZING;
+  const allCases = buildCases(sizing);
+  const cases = options.only === undefined
+    ? allCases
+    : allCases.filter((c) => c.peer === undefined || c.id.includes(options.only!));
+  const started = new Date();
+  const loadAtStart = os.loadavg();
+  console.error(
+    `bench:compare: ${cases.length} cases × ${options.repeats} repeats on ${
+      options.runtimes.join(", ")
+    }` +
+      (options.quick ? " (quick)" : ""),
+  );
+
+  const runs: Record<string, Record<string, CaseResult[]>> = {};
+  const reports: Partial<Record<Runtime, WorkerReport>> = {};
+  const raw: WorkerReport[] = [];
+  for (let repeat = 0; repeat < options.repeats; repeat++) {
+    const order = options.runtimes.map((_, i) =>
+      options.runtimes[(i + repeat) % options.runtimes.length]!
+    );
+    const repeatCases: CaseSpec[] = repeat % 2 === 0 ? cases : [...cases].reverse();
+    for (const runtime of order) {
+      console.error(`--- repeat ${repeat + 1}/${options.repeats}: ${runtime}`);
+      const report = runWorker(runtime, {
+        cases: repeatCases,
+        directory: options.directory,
+        warmup: true,
+      });
+      if (report === undefined) continue;
+      raw.push(report);
+      reports[runtime] ??= report;
+      const byCase = runs[runtime] ??= {};
+      for (const result of report.results) (byCase[result.id] ??= []).push(result);
+    }
+  }
+  if (options.raw !== undefined) fs.writeFileSync(options.raw, JSON.stringify(raw, null, 1));
+
+  const summaries = summarise(cases, runs);
+  const runtimes = options.runtimes.filter((r) => reports[r] !== undefined);
+  const tables = runtimes.map((runtime) => ({
+    runtime,
+    table: renderTable(tableRows(summaries, runtime)),
+  }));
+  const summaryTable = renderTable(mqstoreSummary(summaries, runtimes));
+  for (const { runtime, table } of tables) {
+    console.log(`\n## ${runtime} ${reports[runtime]?.runtimeVersion}\n\n${table}`);
+  }
+  console.log(`\n## mqstore against the best peer and the limit\n\n${summaryTable}`);
+
+  const commandLine = `tsx scripts/bench_compare.ts ${process.argv.slice(2).join(" ")}`.trim();
+  const versions = runtimes.map((runtime) => {
+    const report = reports[runtime]!;
+    const peers = Object.entries(report.peers).map(([name, probe]) =>
+      `${name}: ${probe.version ?? `unavailable (${probe.reason ?? "?"})`}`
+    );
+    return `- ${runtime} ${report.runtimeVersion}: ${peers.join("; ")}`;
+  });
+  const anyReport = runtimes.map((r) => reports[r]!).at(0);
+  const settings = anyReport === undefined
+    ? []
+    : Object.entries(anyReport.settings).map(([name, s]) =>
+      `- **${name}** — async: ${s.async}; sync: ${s.sync}`
+    );
+  const svgName = "benchmarks.svg";
+  const markdown = [
+    "# Benchmarks: mqstore against its peers",
+    "",
+    "Generated by `scripts/bench_compare.ts` (`npm run bench:compare`); rerun it to refresh this file and `docs/benchmarks.svg`.",
+    "",
+    `- Command: \`${commandLine}\``,
+    `- Date: ${started.toISOString()} (took ${
+      ((Date.now() - started.getTime()) / 60_000).toFixed(1)
+    } min)`,
+    `- Repeats: ${options.repeats} per case and runtime${
+      options.quick ? " (quick sizes: a smoke run, not a measurement)" : ""
+    }`,
+    "",
+    "## Machine",
+    "",
+    ...machine(options.directory, loadAtStart),
+    "",
+    "## Runtimes and stores",
+    "",
+    ...versions,
+    "",
+    "## Method",
+    "",
+    `- Durability is held equal. **async**: a record is acknowledged once it is in the store, which syncs on its own schedule, never once per record; throughput workloads put ${
+      sizing.throughputRecords[128]!.toLocaleString("en")
+    } records of 128 B or ${
+      sizing.throughputRecords[1024]!.toLocaleString("en")
+    } of 1 KiB in batches of ${BATCH_RECORDS}. **sync**: a record is acknowledged only once it is on disk; 1 producer, or ${MANY_PRODUCERS} concurrent producers, put for ${sizing.durableMs} ms and every ack's latency is recorded.`,
+    "- Limits are measured by the same worker: memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync into a fallocated file (the 1-producer limit); a raw group commit of 64 producers appending into a fallocated file, one write + fdatasync per batch (the 64-producer limit).",
+    "- Every case runs on a fresh directory after a warm-up of a tenth of its size. Runtimes take turns and the case order is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.",
+    "- SQLite's drivers are synchronous, so it has no 64-producer row (producers on one thread would only take turns). `mqstore-batch` sends each 1000 records as one `putMessages()` batch; `mqstore` issues 1000 `putMessage()` calls and awaits them together.",
+    "- Other processes on this VM may have run meanwhile: read the spread before the medians.",
+    "",
+    "### Settings",
+    "",
+    ...settings,
+    "",
+    `![Throughput and latency by store and runtime](docs/${svgName})`,
+    "",
+    "## mqstore against the best peer and the limit",
+    "",
+    summaryTable,
+    "",
+    ...tables.flatMap((
+      { runtime, table },
+    ) => [`## ${runtime} ${reports[runtime]?.runtimeVersion}`, "", table, ""]),
+  ].join("\n");
+  fs.mkdirSync(path.join(options.out, "docs"), { recursive: true });
+  const markdownFile = path.join(options.out, "BENCHMARKS.md");
+  fs.writeFileSync(markdownFile, markdown);
+  const title = `mqstore vs lmdb, SQLite, LevelDB — medians of ${options.repeats} run${
+    options.repeats === 1 ? "" : "s"
+  }, ${started.toISOString().slice(0, 10)}${options.quick ? " (quick)" : ""}`;
+  const svgFile = path.join(options.out, "docs", svgName);
+  fs.writeFileSync(svgFile, renderChart(summaries, title));
+  // The repository's `deno fmt --check` covers Markdown and SVG: hand it
+  // files it already accepts.
+  const fmt = spawnSync(path.join(BIN, "deno"), ["fmt", "--quiet", markdownFile, svgFile], {
+    cwd: ROOT,
+    encoding: "utf8",
+  });
+  if (fmt.status !== 0) console.error(`deno fmt of the report failed: ${fmt.stderr.trim()}`);
+  console.error(`\nwrote ${markdownFile} and ${svgFile}`);
+}
+
+main();
