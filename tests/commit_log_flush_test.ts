@@ -15,6 +15,10 @@ import { MemoryPort } from "../src/runtime/mod.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { ManualClock } from "../src/segment/clock.ts";
+import { MappedFileQueue } from "../src/segment/mapped_file_queue.ts";
+import { GroupCommitService } from "../src/commit_log/group_commit_service.ts";
+import { StoreCheckpoint } from "../src/commit_log/store_checkpoint.ts";
+import { StoreStats } from "../src/commit_log/store_stats.ts";
 import {
   body,
   gatedPort,
@@ -285,15 +289,19 @@ describe("flush services", () => {
   });
 
   test("putMessage() answers CREATE_MAPEDFILE_FAILED when a segment cannot be created, then recovers", async () => {
-    const env = await openMemoryStore();
+    // The store creates its first segment (and the one ahead) at open:
+    // both creations fail, and the first put, which needs a segment, gets
+    // the error of the one ahead when it asks the allocator again.
+    const memory = new MemoryPort(runtimeName());
+    memory.failNext({ operation: "create", error: "ENOSPC" });
+    memory.failNext({ operation: "create", nth: 2, error: "ENOSPC" });
+    const env = await openMemoryStore({}, memory);
     try {
-      env.port.failNext({ operation: "create", error: "ENOSPC" });
+      await settle();
       const r = await put(env.store);
       assert.equal(r.status, "CREATE_MAPEDFILE_FAILED");
       assert.equal(r.error?.code, "NO_SPACE");
-      let ok = await put(env.store);
-      // The segment prepared ahead may have taken the fault instead.
-      if (ok.status !== "PUT_OK") ok = await put(env.store);
+      const ok = await put(env.store);
       assert.equal(ok.status, "PUT_OK");
       assert.equal(ok.appendResult!.queueOffset, 0);
     } finally {
@@ -305,6 +313,7 @@ describe("flush services", () => {
     const env = await openMemoryStore({ diskMaxUsedSpaceRatio: 75 });
     try {
       assert.equal((await put(env.store)).status, "PUT_OK");
+      await waitForSegments(env.port, env.directory, 2);
       // Two 64 KiB segments (one ahead) in a 150 KiB disk: over 75 %.
       env.port.capacityBytes = 150 * 1024;
       assert.equal(await env.store.checkDiskSpace(), true);
@@ -383,5 +392,41 @@ describe("flush services", () => {
     } finally {
       await env.store.close().catch(() => {});
     }
+  });
+
+  test("GroupCommitService.whenQuiet() waits while puts wait for a flush", async () => {
+    const memory = new MemoryPort(runtimeName());
+    const gate = gatedPort(memory);
+    const queue = new MappedFileQueue({
+      port: gate.port,
+      directory: "/quiet/commitlog",
+      fileSizeBytes: SEGMENT_BYTES,
+    });
+    await queue.load();
+    const groupCommit = new GroupCommitService({
+      queue,
+      clock: new ManualClock(),
+      syncFlushTimeoutMs: 5_000,
+      checkpoint: await StoreCheckpoint.load(gate.port, "/quiet/checkpoint"),
+      stats: new StoreStats(),
+      onFlushed: () => {},
+      onError: (error) => assert.fail(String(error)),
+    });
+    assert.equal(groupCommit.isQuiet, true);
+    await groupCommit.whenQuiet(); // at once when idle
+    (await queue.getOrCreateLastMappedFile(0)).appendBytes(body(100));
+    gate.hold();
+    const answer = groupCommit.request(100, { status: "PUT_OK" }, 0);
+    assert.equal(groupCommit.isQuiet, false);
+    let quiet = false;
+    const whenQuiet = groupCommit.whenQuiet().then(() => quiet = true);
+    await settle();
+    assert.equal(quiet, false, "a put waits for its flush");
+    gate.release();
+    assert.equal((await answer).status, "PUT_OK");
+    await whenQuiet;
+    assert.equal(groupCommit.isQuiet, true);
+    await groupCommit.close();
+    await queue.close();
   });
 });

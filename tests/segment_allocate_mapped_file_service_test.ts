@@ -3,6 +3,7 @@ import { describe, test } from "node:test";
 import { MqStoreError } from "../src/errors.ts";
 import type { FileHandle, RuntimePort } from "../src/runtime/port.ts";
 import { AllocateMappedFileService } from "../src/segment/allocate_mapped_file_service.ts";
+import type { MappedFile } from "../src/segment/mapped_file.ts";
 import { MappedFileQueue } from "../src/segment/mapped_file_queue.ts";
 import { TransientStorePool } from "../src/segment/transient_store_pool.ts";
 import { pattern } from "./_helpers.ts";
@@ -75,6 +76,14 @@ class GatedPort {
 
 function pathOf(env: SegmentEnv, offset: number): string {
   return `${env.directory}/${segmentName(offset)}`;
+}
+
+async function readBack(file: MappedFile, size: number): Promise<Uint8Array> {
+  const range = await file.selectRange(0, size);
+  assert.ok(range !== undefined);
+  const copy = range.bytes.slice();
+  range.release();
+  return copy;
 }
 
 const cases = await adapterCases();
@@ -210,10 +219,14 @@ for (const { adapter, skip } of cases) {
         const b = await allocator.request(pathOf(env, SIZE), pathOf(env, 2 * SIZE), SIZE);
         await allocator.whenIdle();
         if (env.port.canMap) {
+          // Each segment is advised at creation, then prepared (advised
+          // again from the write position, and pre-faulted).
           const warm = log.filter((e) => e === "advise:random" || e === "populate");
-          assert.deepEqual(warm.slice(0, 4), [
+          assert.deepEqual(warm.slice(0, 6), [
+            "advise:random",
             "advise:random",
             "populate",
+            "advise:random",
             "advise:random",
             "populate",
           ]);
@@ -224,6 +237,64 @@ for (const { adapter, skip } of cases) {
         await allocator.close();
       },
     );
+
+    run("request() hands a segment over before its preparation ends", async (env) => {
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => open = resolve);
+      let populating = 0;
+      // Holds every pre-fault until the gate opens.
+      const port = new Proxy(env.port, {
+        get(target, key) {
+          const value = Reflect.get(target, key);
+          if (key !== "openFile" || typeof value !== "function") {
+            return typeof value === "function" ? value.bind(target) : value;
+          }
+          return async (...args: unknown[]) => {
+            const handle: FileHandle = await value.apply(target, args);
+            return new Proxy(handle, {
+              get(h, k) {
+                const v = Reflect.get(h, k);
+                if (k !== "map" || typeof v !== "function") {
+                  return typeof v === "function" ? v.bind(h) : v;
+                }
+                return async (...mapArgs: unknown[]) => {
+                  const mapping = await v.apply(h, mapArgs);
+                  return new Proxy(mapping, {
+                    get(m, mk) {
+                      const mv = Reflect.get(m, mk);
+                      if (typeof mv !== "function") return mv;
+                      if (mk !== "populate") return mv.bind(m);
+                      return async (...populateArgs: unknown[]) => {
+                        populating++;
+                        await gate;
+                        return mv.apply(m, populateArgs);
+                      };
+                    },
+                  });
+                };
+              },
+            });
+          };
+        },
+      });
+      const allocator = new AllocateMappedFileService({ port, sparse: true, writeZeros: true });
+      allocator.start();
+      const file = await allocator.request(pathOf(env, 0), pathOf(env, SIZE), SIZE);
+      let prepared = false;
+      const whenPrepared = file.whenPrepared().then(() => prepared = true);
+      file.appendBytes(pattern(100));
+      assert.equal(await file.flush(0), 100, "usable while its preparation waits");
+      if (file.writeMode === "mapping") {
+        assert.equal(populating, 1, "the preparation is waiting in its pre-fault");
+        assert.equal(prepared, false);
+      }
+      open();
+      await whenPrepared;
+      await allocator.whenIdle();
+      assert.deepEqual(await readBack(file, 100), pattern(100));
+      await file.close();
+      await allocator.close();
+    });
 
     run("a queue with an allocator rolls over into prepared segments", async (env) => {
       const allocator = new AllocateMappedFileService({ port: env.port, sparse: true });

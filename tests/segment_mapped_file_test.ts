@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { setImmediate } from "node:timers";
 import { MqStoreError } from "../src/errors.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { isAbleTo, MappedFile } from "../src/segment/mapped_file.ts";
@@ -390,6 +391,75 @@ for (const { adapter, skip } of cases) {
       file.appendBytes(pattern(10));
       assert.equal(await file.flush(0), 10);
       await file.close();
+    });
+
+    run("flush() with maxBytes stops at whole pages and always moves", async (env) => {
+      const file = await create(env);
+      appendPayload(file, pattern(5 * PAGE + 100));
+      if (file.writeMode === "mapping") {
+        assert.equal(await file.flush(0, 2 * PAGE + 10), 2 * PAGE, "whole pages up to the bound");
+        assert.equal(await file.flush(0, 1), 3 * PAGE, "at least one page");
+      }
+      assert.equal(await file.flush(0, 0x10_0000), 5 * PAGE + 100);
+      assert.throws(() => file.flush(0, 0), RangeError);
+      assert.deepEqual(await readAll(file, 0, 5 * PAGE + 100), pattern(5 * PAGE + 100));
+      await file.close();
+    });
+
+    run(
+      "prepare() with writeZeros leaves appended bytes and positions to the writer",
+      async (env) => {
+        const log: string[] = [];
+        const file = await create(env, 0, { port: spyPort(env.port, log) });
+        appendPayload(file, pattern(PAGE + 10, 1));
+        log.length = 0;
+        const preparing = file.prepare({ writeZeros: true });
+        appendPayload(file, pattern(3 * PAGE, 2)); // the writer moves on meanwhile
+        await preparing;
+        await file.whenPrepared();
+        assert.equal(file.flushedPosition, 0, "only flush() moves the flushed position");
+        assert.equal(file.wrotePosition, 4 * PAGE + 10);
+        if (file.writeMode === "mapping") {
+          assert.ok(log.includes("advise:random") && log.includes("sync"));
+        } else {
+          assert.deepEqual(log, [], "nothing to prepare without a write mapping");
+        }
+        assert.equal(await file.flush(0), 4 * PAGE + 10);
+        assert.deepEqual(await readAll(file, 0, PAGE + 10), pattern(PAGE + 10, 1));
+        assert.deepEqual(await readAll(file, PAGE + 10, 3 * PAGE), pattern(3 * PAGE, 2));
+        await file.close();
+      },
+    );
+
+    run("prepare() writes zeros only when its pace lets it", async (env) => {
+      const log: string[] = [];
+      const file = await create(env, 0, { port: spyPort(env.port, log) });
+      if (file.writeMode !== "mapping") return await file.close();
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => open = resolve);
+      let quiet = false;
+      log.length = 0;
+      const preparing = file.prepare({
+        writeZeros: true,
+        pace: () => quiet ? undefined : gate.then(() => void (quiet = true)),
+      });
+      await settle();
+      assert.ok(!log.includes("sync"), "no zeros written while the pace holds");
+      open();
+      await preparing;
+      assert.ok(log.includes("sync"));
+      await file.close();
+    });
+
+    run("close() stops a preparation in progress", async (env) => {
+      const file = await create(env);
+      const preparing = file.prepare({
+        writeZeros: true,
+        pace: () => new Promise<void>((resolve) => setImmediate(resolve)),
+      });
+      await file.close();
+      assert.equal(await preparing, false);
+      assert.equal(await file.prepare(), false, "nothing to prepare once closed");
     });
 
     run("flush() after close() is refused with CLOSED", async (env) => {

@@ -25,6 +25,22 @@ export const UNFLUSHED_BYTES_MAX_DEFAULT = 0x2000_0000;
 /** How often disk use is compared with `diskMaxUsedSpaceRatio` by default. */
 export const DISK_SPACE_CHECK_INTERVAL_MS_DEFAULT = 1_000;
 
+/**
+ * Most bytes one background flush step writes (ASYNC_FLUSH): 32 MiB, a
+ * fraction of a second here. A backlog is flushed in steps of this size,
+ * one after the other, each reporting progress, so that puts held back by
+ * `unflushedBytesMax` resume within `osPageCacheBusyTimeOutMills` instead
+ * of waiting for one `msync` of hundreds of MB.
+ */
+export const FLUSH_STEP_BYTES_MAX = 0x200_0000;
+
+/**
+ * Under SYNC_FLUSH a segment's zeros are written through (see
+ * `PrepareOptions.writeZeros`) only in gaps of the put load: after the
+ * group commit has been idle this long, 10 ms.
+ */
+export const PREPARE_IDLE_MS = 10;
+
 /** Attempts of the final flush (and commit) on close, as RocketMQ's `RETRY_TIMES_OVER`. */
 export const FINAL_FLUSH_ATTEMPTS = 10;
 

@@ -5,8 +5,11 @@
  * ```
  * loop: leastPages = flushCommitLogLeastPages, or 0 once per thorough interval
  *       sleep flushIntervalCommitLog (timed) or until a put wakes it
- *       queue.flush(leastPages) off the JS thread → checkpoint timestamp
- * close: stop the loop, then flush(0) until everything is durable (retried)
+ *       queue.flush(leastPages) off the JS thread, in steps of at most
+ *       FLUSH_STEP_BYTES_MAX until caught up, each reporting progress
+ *       → checkpoint timestamp
+ * close: stop the loop, then flush(0) until everything is durable (a step
+ *        that makes no progress is retried a bounded number of times)
  * ```
  *
  * A failed flush is not swallowed: the loop stops and reports it through
@@ -17,7 +20,7 @@
 
 import type { Clock } from "../segment/clock.ts";
 import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
-import { FINAL_FLUSH_ATTEMPTS } from "./constants.ts";
+import { FINAL_FLUSH_ATTEMPTS, FLUSH_STEP_BYTES_MAX } from "./constants.ts";
 import type { StoreCheckpoint } from "./store_checkpoint.ts";
 import type { StoreStats } from "./store_stats.ts";
 import { Wakeup } from "./_wakeup.ts";
@@ -124,9 +127,10 @@ export class FlushRealTimeService {
     this.#wakeup.wake();
     await this.#loop;
     const { queue } = this.#options;
-    for (let attempt = 0; attempt < FINAL_FLUSH_ATTEMPTS; attempt++) {
+    for (let attempt = 0; attempt < FINAL_FLUSH_ATTEMPTS;) {
       if (queue.flushedWhere >= queue.maxOffset) break;
-      await this.#flush(0);
+      // Steps that move count as progress, not as attempts.
+      if (!await this.#flush(0)) attempt++;
     }
   }
 
@@ -142,9 +146,17 @@ export class FlushRealTimeService {
       await this.#wakeup.sleep(options.intervalMs);
       if (this.#stopped) break;
       try {
+        let moved = false;
+        for (;;) {
+          const before = options.queue.flushedWhere;
+          if (!await this.#flush(leastPages)) break;
+          moved = true;
+          // A step that wrote less than its bound caught up.
+          if (this.#stopped || options.queue.flushedWhere - before < FLUSH_STEP_BYTES_MAX) break;
+        }
         // The checkpoint file is rewritten at thorough flushes that moved
         // data (close writes it too), not at every interval.
-        if (await this.#flush(leastPages) && leastPages === 0) await options.checkpoint.flush();
+        if (moved && leastPages === 0) await options.checkpoint.flush();
       } catch (error) {
         this.#failure = error;
         options.onError(error);
@@ -157,7 +169,7 @@ export class FlushRealTimeService {
   async #flush(leastPages: number): Promise<boolean> {
     const { queue, clock, stats, checkpoint } = this.#options;
     const startMs = clock.nowMs();
-    const moved = await queue.flush(leastPages);
+    const moved = await queue.flush(leastPages, FLUSH_STEP_BYTES_MAX);
     if (!moved) return false;
     stats.recordFlush(clock.nowMs() - startMs);
     const timestamp = queue.storeTimestampMs;

@@ -83,6 +83,10 @@ export class GroupCommitService {
   #failure: unknown;
   /** Cancels the timeout timer, when armed. */
   #cancelTimer: (() => void) | undefined;
+  /** When a put last asked for a flush or a flush last answered, clock ms. */
+  #lastBusyMs = Number.NEGATIVE_INFINITY;
+  /** Resolvers of {@link whenQuiet}, woken when no put waits. */
+  #quietWaiters: Array<() => void> = [];
   #runBound = () => void this.#run();
   #onTimerBound = () => this.#onTimer();
 
@@ -117,6 +121,7 @@ export class GroupCommitService {
       this.#fail(result, this.#failure);
       return Promise.resolve(result);
     }
+    if (startMs > this.#lastBusyMs) this.#lastBusyMs = startMs;
     return new Promise<PutMessageResult>((resolve) => {
       this.#ends.push(endOffset);
       this.#resolvers.push(resolve);
@@ -127,6 +132,39 @@ export class GroupCommitService {
       }
       this.#schedule();
     });
+  }
+
+  /**
+   * Resolves once no put waits for a flush and none is in flight (at once
+   * when idle): background device writes (segment preparation) go in the
+   * gaps, not in front of acknowledged puts.
+   */
+  whenQuiet(): Promise<void> {
+    if (this.isQuiet) return Promise.resolve();
+    return new Promise<void>((resolve) => this.#quietWaiters.push(resolve));
+  }
+
+  /**
+   * How long no put has waited for a flush, ms (0 while one waits or a
+   * flush runs; Infinity once stopped). Background device writes use it to
+   * go only in gaps of the put load, not between two group commits.
+   */
+  idleMs(nowMs: number): number {
+    if (this.#closed || this.#failure !== undefined) return Number.POSITIVE_INFINITY;
+    return this.isQuiet ? nowMs - this.#lastBusyMs : 0;
+  }
+
+  /** No put waits for a flush and none is in flight (or the service stopped). */
+  get isQuiet(): boolean {
+    return this.#closed || this.#failure !== undefined ||
+      (!this.#flushing && !this.#scheduled && this.#head === this.#ends.length);
+  }
+
+  #wakeQuiet(): void {
+    if (this.#quietWaiters.length === 0 || !this.isQuiet) return;
+    const waiters = this.#quietWaiters;
+    this.#quietWaiters = [];
+    for (const resolve of waiters) resolve();
   }
 
   /** Flushes soon without a waiter (a put with `WAIT=false`). */
@@ -166,6 +204,7 @@ export class GroupCommitService {
       );
       this.#cancelTimer?.();
       this.#cancelTimer = undefined;
+      this.#wakeQuiet();
     }
   }
 
@@ -190,6 +229,7 @@ export class GroupCommitService {
       this.#flushing = false;
     }
     if (this.#head < this.#ends.length) this.#schedule();
+    else this.#wakeQuiet();
   }
 
   async #flushOnce(): Promise<void> {
@@ -210,6 +250,7 @@ export class GroupCommitService {
     let head = this.#head;
     const first = head;
     const nowMs = clock.nowMs();
+    this.#lastBusyMs = nowMs;
     while (head < ends.length && ends[head]! <= flushedWhere) {
       const resolve = this.#resolvers[head];
       if (resolve !== undefined) {

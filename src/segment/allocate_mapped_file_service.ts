@@ -1,19 +1,29 @@
 /**
  * Allocation ahead (RocketMQ's `AllocateMappedFileService`): asking for
  * segment n also queues segment n+1, which is created, mapped and
- * pre-faulted in the background so the writer never waits for file
- * creation or first-touch page faults when it rolls over.
+ * prepared in the background so the writer never waits for file creation
+ * or first-touch page faults when it rolls over.
  *
  * ```
  * request(n, n+1) ──► table: n (needed now), n+1 (ahead)
  *                          │ one creation at a time, bounded queue
  *                          ▼
  *          create (tmp → fallocate → sync → rename → sync dir)
- *          map, advise("random"), populate() off the JS thread
+ *          map, advise("random")                  ◄── a request is answered
+ *          prepare(): populate off the JS thread,     from here on: the rest
+ *          optionally write the zeros through         runs under the writer
  * ```
  *
+ * A segment is handed over as soon as it exists: a writer asking for one
+ * whose preparation is still running gets it at once, and the preparation
+ * goes on under it from the write position (see `MappedFile.prepare`), so
+ * the first segment of a store costs only its creation. Preparations run
+ * one at a time, in the worker, in request order.
+ *
  * An ahead allocation that fails (for example `NO_SPACE`) is not swallowed:
- * the next {@link AllocateMappedFileService.request} rejects with it.
+ * the next {@link AllocateMappedFileService.request} rejects with it. A
+ * preparation that fails under a writer leaves a usable segment (appends
+ * take their page faults themselves) and is reported through `onWarning`.
  *
  * @module
  */
@@ -36,11 +46,34 @@ export interface AllocateMappedFileServiceOptions {
    */
   pool?: TransientStorePool;
   /**
-   * Pre-fault new segments (advise random, populate) off the JS thread.
+   * Pre-fault new segments for writing (`MADV_POPULATE_WRITE`) off the JS
+   * thread.
    *
    * @default {true}
    */
-  warm?: boolean;
+  populate?: boolean;
+  /**
+   * Also write each new segment's zeros through to the device, so that
+   * later small flushes overwrite written blocks (SYNC_FLUSH,
+   * `warmMapedFileEnable`). See `PrepareOptions.writeZeros`.
+   *
+   * @default {false}
+   */
+  writeZeros?: boolean;
+  /**
+   * Awaited before each chunk of zeros is written (see
+   * `PrepareOptions.pace`).
+   *
+   * @default {undefined}
+   */
+  pace?: () => Promise<void> | undefined;
+  /**
+   * Checked between preparation chunks besides the service's own close:
+   * true stops preparing (the owner is closing).
+   *
+   * @default {undefined}
+   */
+  stopped?: () => boolean;
   /**
    * Lock new mappings in memory (`mlock`); a refusal is warned once.
    *
@@ -79,8 +112,10 @@ interface Allocation {
   readonly fileSizeBytes: number;
   /** Asked for by a writer (not only prepared ahead). */
   requested: boolean;
-  /** The prepared segment, once ready. */
+  /** The segment, once created (possibly still being prepared). */
   file: MappedFile | undefined;
+  /** Given to the writer (its promise resolved). */
+  handedOver: boolean;
   readonly promise: Promise<MappedFile>;
   resolve(file: MappedFile): void;
   reject(error: unknown): void;
@@ -114,8 +149,10 @@ export class AllocateMappedFileService {
   #table = new Map<string, Allocation>();
   /** Allocations waiting for the worker, oldest first. */
   #queue: Allocation[] = [];
-  /** The running worker loop, if any. */
+  /** The running worker loop (creations), if any. */
   #worker: Promise<void> | undefined;
+  /** Tail of the chain of preparations (never rejects). */
+  #preparations: Promise<void> = Promise.resolve();
   /** An ahead allocation's error, thrown by the next request. */
   #failure: unknown;
   #started = false;
@@ -140,9 +177,14 @@ export class AllocateMappedFileService {
     return this.#table.size;
   }
 
-  /** Resolves once no segment is being prepared (tests, shutdown ordering). */
+  /** Resolves once no segment is being created or prepared (tests, shutdown ordering). */
   async whenIdle(): Promise<void> {
-    while (this.#worker !== undefined) await this.#worker;
+    for (;;) {
+      const preparations = this.#preparations;
+      while (this.#worker !== undefined) await this.#worker;
+      await preparations;
+      if (this.#worker === undefined && preparations === this.#preparations) return;
+    }
   }
 
   /**
@@ -168,6 +210,8 @@ export class AllocateMappedFileService {
     }
     const allocation = this.#table.get(path) ?? this.#enqueue(path, fileSizeBytes);
     allocation.requested = true;
+    // Created but still being prepared: the writer takes it now.
+    if (allocation.file !== undefined) this.#handOver(allocation, allocation.file);
     if (!this.#table.has(nextPath) && this.#canPrepareAhead()) {
       this.#enqueue(nextPath, fileSizeBytes);
     }
@@ -198,7 +242,7 @@ export class AllocateMappedFileService {
         new MqStoreError("CLOSED", `Cannot allocate ${allocation.path}: the allocator closed`),
       );
     }
-    await this.#worker;
+    await this.whenIdle();
     const ahead = [...this.#table.values()].filter((a) => !a.requested);
     for (const allocation of ahead) {
       this.#table.delete(allocation.path);
@@ -229,6 +273,7 @@ export class AllocateMappedFileService {
       fileSizeBytes,
       requested: false,
       file: undefined,
+      handedOver: false,
       promise,
       resolve,
       reject,
@@ -251,21 +296,62 @@ export class AllocateMappedFileService {
     for (;;) {
       const allocation = this.#queue.shift();
       if (allocation === undefined) return;
+      let file: MappedFile;
       try {
-        const file = await this.#prepare(allocation);
-        allocation.file = file;
-        allocation.resolve(file);
+        file = await this.#create(allocation);
       } catch (error) {
         this.#table.delete(allocation.path);
         if (!allocation.requested) this.#failure = error;
         allocation.reject(error);
+        continue;
       }
+      allocation.file = file;
+      // Preparations run one at a time on a chain of their own, never in
+      // this loop: a paced preparation must not hold back the creation of
+      // a segment a writer is waiting for. The chain is extended before a
+      // waiting writer gets the file, so its whenPrepared() covers it.
+      const preparing = this.#preparations.then(() => this.#prepareAndHandOver(allocation, file));
+      this.#preparations = preparing.catch(() => {});
+      if (allocation.requested) this.#handOver(allocation, file);
     }
   }
 
-  async #prepare(allocation: Allocation): Promise<MappedFile> {
+  async #prepareAndHandOver(allocation: Allocation, file: MappedFile): Promise<void> {
+    try {
+      await this.#prepare(allocation, file);
+    } catch (error) {
+      if (allocation.handedOver) {
+        // The writer has it: a failed pre-fault or write-back only costs
+        // speed (a failing device shows in the flushes themselves).
+        if (file.isAvailable) {
+          this.#warn(
+            `mqstore: cannot prepare segment ${allocation.path}: ${
+              messageOf(error)
+            }; appends take their page faults themselves`,
+          );
+        }
+      } else {
+        this.#table.delete(allocation.path);
+        // The preparation's error is the one to report; a failed removal
+        // leaves a whole segment, which the next load opens as usual.
+        await file.destroy({ waitMs: 0 }).catch(() => {});
+        if (!allocation.requested) this.#failure = error;
+        allocation.reject(error);
+        return;
+      }
+    }
+    this.#handOver(allocation, file);
+  }
+
+  #handOver(allocation: Allocation, file: MappedFile): void {
+    if (allocation.handedOver) return;
+    allocation.handedOver = true;
+    allocation.resolve(file);
+  }
+
+  #create(allocation: Allocation): Promise<MappedFile> {
     const options = this.#options;
-    const file = await MappedFile.create({
+    return MappedFile.create({
       port: options.port,
       path: allocation.path,
       fileSizeBytes: allocation.fileSizeBytes,
@@ -274,20 +360,34 @@ export class AllocateMappedFileService {
       writeBufferSizeBytes: options.writeBufferSizeBytes,
       clock: options.clock,
     });
-    try {
-      if (options.warm !== false) {
-        const locked = await file.warm({ lock: options.lockMemory === true });
-        if (options.lockMemory === true && !locked && !this.#warnedLock) {
-          this.#warnedLock = true;
-          (options.onWarning ?? console.warn)(
-            `mqstore: cannot lock segment ${allocation.path} in memory (mlock refused, or the segment is not mapped); continuing unlocked`,
-          );
-        }
-      }
-    } catch (error) {
-      await file.destroy({ waitMs: 0 });
-      throw error;
-    }
-    return file;
   }
+
+  async #prepare(allocation: Allocation, file: MappedFile): Promise<void> {
+    const options = this.#options;
+    const populate = options.populate !== false;
+    const writeZeros = options.writeZeros === true;
+    const lock = options.lockMemory === true;
+    if (!populate && !writeZeros && !lock) return;
+    const locked = await file.prepare({
+      populate,
+      writeZeros,
+      lock,
+      pace: options.pace,
+      stopped: () => this.#closed || options.stopped?.() === true,
+    });
+    if (lock && !locked && !this.#warnedLock && !this.#closed) {
+      this.#warnedLock = true;
+      this.#warn(
+        `mqstore: cannot lock segment ${allocation.path} in memory (mlock refused, or the segment is not mapped); continuing unlocked`,
+      );
+    }
+  }
+
+  #warn(message: string): void {
+    (this.#options.onWarning ?? console.warn)(message);
+  }
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }

@@ -32,6 +32,21 @@ export const WRITE_BUFFER_SIZE_BYTES_DEFAULT = 0x40_0000;
  */
 export const ZERO_CHUNK_BYTES = 0x1_0000;
 
+/**
+ * Pre-faulting a segment goes in chunks of this size, so a writer that
+ * starts on a segment still being prepared overtakes the preparation and
+ * a close waits for at most one chunk: 4 MiB, a few milliseconds.
+ */
+export const PREPARE_POPULATE_CHUNK_BYTES = 0x40_0000;
+
+/**
+ * Writing a prepared segment's zeros through to the device goes in chunks
+ * of this size: each one delays a concurrent flush of the same device by
+ * about its write time (256 KiB, about 1 ms here), so the chunks are small
+ * and paced by the flusher.
+ */
+export const PREPARE_WRITE_CHUNK_BYTES = 0x4_0000;
+
 /** Default number of buffers in a transient store pool (RocketMQ: 5). */
 export const TRANSIENT_POOL_COUNT_DEFAULT = 5;
 
@@ -62,6 +77,11 @@ assert(
 assert(
   WRITE_BUFFER_SIZE_BYTES_DEFAULT % OS_PAGE_SIZE_BYTES === 0,
   "the default write buffer must be a whole number of pages",
+);
+assert(
+  PREPARE_POPULATE_CHUNK_BYTES % OS_PAGE_SIZE_BYTES === 0 &&
+    PREPARE_WRITE_CHUNK_BYTES % OS_PAGE_SIZE_BYTES === 0,
+  "preparation chunks must be whole pages",
 );
 assert(
   TRANSIENT_POOL_COUNT_DEFAULT >= ALLOCATE_QUEUE_CAPACITY,

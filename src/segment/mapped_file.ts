@@ -40,6 +40,8 @@ import { type Clock, systemClock } from "./clock.ts";
 import {
   DESTROY_FORCE_AFTER_MS_DEFAULT,
   OS_PAGE_SIZE_BYTES,
+  PREPARE_POPULATE_CHUNK_BYTES,
+  PREPARE_WRITE_CHUNK_BYTES,
   WRITE_BUFFER_SIZE_BYTES_DEFAULT,
   ZERO_CHUNK_BYTES,
 } from "./constants.ts";
@@ -158,6 +160,53 @@ export interface CloseMappedFileOptions {
   waitMs?: number;
 }
 
+/** Options of {@link MappedFile.prepare}. */
+export interface PrepareOptions {
+  /**
+   * Pre-fault the pages for writing (`MADV_POPULATE_WRITE`), so appends
+   * never take first-touch faults (5–6 GB/s instead of 0.55 GB/s for
+   * 1 KiB appends).
+   *
+   * @default {true}
+   */
+  populate?: boolean;
+  /**
+   * Also write the pre-faulted zeros through to the device (`msync`): a
+   * later flush then overwrites blocks that are already written, instead
+   * of converting unwritten (fallocated) extents in a journal commit of its
+   * own, which halves the latency of small synchronous flushes on ext4
+   * (70 KB: 0.44 ms instead of 0.79 ms here). The pages are left clean, so
+   * appends take one minor fault per page: for synchronous flushing.
+   *
+   * @default {false}
+   */
+  writeZeros?: boolean;
+  /**
+   * Lock the mapping in memory (`mlock`) at the end.
+   *
+   * @default {false}
+   */
+  lock?: boolean;
+  /**
+   * Asked right before each chunk of zeros is written: undefined lets it
+   * go now; a promise makes it wait for that promise and ask again. A
+   * flusher with waiters uses it so that preparation never queues device
+   * writes in front of puts waiting for their flush. The answer and the
+   * write happen in one synchronous step, so nothing can start a flush in
+   * between.
+   *
+   * @default {undefined}
+   */
+  pace?: () => Promise<void> | undefined;
+  /**
+   * Checked before each chunk: true ends the preparation early (the
+   * owner is shutting down).
+   *
+   * @default {undefined}
+   */
+  stopped?: () => boolean;
+}
+
 /** The reusable {@link AppendTarget} of one file. */
 class MutableAppendTarget implements AppendTarget {
   bytes: Uint8Array = new Uint8Array(0);
@@ -216,6 +265,11 @@ export class MappedFile {
   #ioTail: Promise<void> = Promise.resolve();
   /** Positional reads in flight (the descriptor must outlive them). */
   #reads = new Set<Promise<unknown>>();
+  /** The preparation in progress (settled), awaited before unmapping. */
+  #preparing: Promise<unknown> | undefined;
+  /** Resolves when closing begins: ends a preparation's wait for its pace. */
+  #retiring: Promise<void> | undefined;
+  #resolveRetiring: (() => void) | undefined;
 
   private constructor(
     options: MappedFileOptions,
@@ -279,7 +333,13 @@ export class MappedFile {
       handle = await createSegmentFile(options.port, options.path, options.fileSizeBytes, {
         sparse: options.sparse === true,
       });
-      if (options.port.canMap) mapping = await handle.map(0, options.fileSizeBytes);
+      if (options.port.canMap) {
+        mapping = await handle.map(0, options.fileSizeBytes);
+        // Before any page is touched: under the default advice the kernel
+        // may back the range with large folios, and a later 4 KiB flush
+        // then writes up to 2 MiB (SPEC §2).
+        mapping.advise(0, options.fileSizeBytes, "random");
+      }
     } catch (error) {
       if (poolBuffer !== undefined) options.pool?.giveBack(poolBuffer);
       await handle?.close();
@@ -495,13 +555,21 @@ export class MappedFile {
    * `window` mode the buffered bytes are committed first; in `pool` mode
    * only committed bytes are flushed, as in RocketMQ.
    *
+   * @param leastPages Whole 4 KiB pages that must have changed (0: any).
+   * @param maxBytes Flush at most about this many bytes past the flushed
+   *   position (rounded to whole pages) where the flush is a range `msync`,
+   *   so that one flush of a large backlog ends in bounded time and the
+   *   caller can report progress and go on. Default: no bound.
    * @returns The flushed position.
    */
-  flush(leastPages: number): Promise<number> {
+  flush(leastPages: number, maxBytes: number = Number.MAX_SAFE_INTEGER): Promise<number> {
     checkLeastPages(leastPages);
+    if (!Number.isSafeInteger(maxBytes) || maxBytes <= 0) {
+      throw new RangeError(`Flush bound ${maxBytes} must be a positive integer`);
+    }
     if (this.writeMode === "read-only") return Promise.resolve(this.#flushed);
     return this.#exclusive(async () => {
-      const target = this.writeMode === "pool" ? this.#committed : this.#wrote;
+      let target = this.writeMode === "pool" ? this.#committed : this.#wrote;
       if (!isAbleTo(this.#flushed, target, this.isFull, leastPages)) return this.#flushed;
       if (target === this.#flushed) return this.#flushed;
       if (this.writeMode === "window") await this.#commitNow();
@@ -509,6 +577,11 @@ export class MappedFile {
       if (this.writeMode === "mapping" && mapping !== undefined) {
         const page = this.#port.pageSizeBytes;
         const start = this.#flushed - this.#flushed % page;
+        if (target - start > maxBytes) {
+          // Whole pages only, and at least one, so every bounded flush
+          // moves the flushed position.
+          target = start + Math.max(page, maxBytes - maxBytes % page);
+        }
         await mapping.sync(start, target - start);
       } else {
         await this.#handle.datasync();
@@ -679,12 +752,91 @@ export class MappedFile {
    *
    * @returns Whether the mapping is locked in memory.
    */
-  async warm(options: { lock?: boolean } = {}): Promise<boolean> {
+  warm(options: { lock?: boolean } = {}): Promise<boolean> {
+    return this.prepare({ lock: options.lock });
+  }
+
+  /**
+   * Prepares the part of the segment not written yet for appends and
+   * flushes, off the JavaScript thread, in chunks from the write position
+   * on: advises random access (SPEC §2), pre-faults for writing, and
+   * optionally writes the zeros through to the device and locks the
+   * mapping (see {@link PrepareOptions}).
+   *
+   * Appends, flushes and reads may run while it does: pre-faulting and
+   * writing back pages never changes their bytes, and the flushed position
+   * is only ever moved by {@link flush}. Pages the writer passed while a
+   * chunk ran are skipped. A close stops it after the chunk in flight.
+   * Only `mapping` mode writes through the mapping; elsewhere this does
+   * nothing.
+   *
+   * @returns Whether the mapping is locked in memory.
+   * @throws {MqStoreError} When pre-faulting or writing back fails (the
+   *   file stays usable: appends then take the faults themselves).
+   */
+  prepare(options: PrepareOptions = {}): Promise<boolean> {
     const mapping = this.#mapping;
-    if (this.writeMode !== "mapping" || mapping === undefined) return false;
-    mapping.advise(0, this.fileSizeBytes, "random");
-    await mapping.populate(0, this.fileSizeBytes);
-    return options.lock === true ? mapping.lock() : false;
+    if (
+      this.writeMode !== "mapping" || mapping === undefined || !this.#available ||
+      this.#wrote === this.fileSizeBytes
+    ) {
+      return Promise.resolve(false);
+    }
+    const previous = this.#preparing ?? Promise.resolve();
+    const run = previous.then(() => this.#prepareNow(mapping, options));
+    this.#preparing = run.catch(() => {});
+    return run;
+  }
+
+  /**
+   * Resolves once the preparations started so far ended (done, stopped or
+   * failed: their callers see the outcome). Never rejects.
+   */
+  whenPrepared(): Promise<void> {
+    return this.#preparing === undefined ? Promise.resolve() : this.#preparing.then(() => {});
+  }
+
+  async #prepareNow(mapping: Mapping, options: PrepareOptions): Promise<boolean> {
+    const page = this.#port.pageSizeBytes;
+    const size = this.fileSizeBytes;
+    const writerPage = () => this.#wrote - this.#wrote % page;
+    const from = writerPage();
+    if (!this.#available || from >= size) return false;
+    mapping.advise(from, size - from, "random");
+    const populate = options.populate !== false;
+    const writeZeros = options.writeZeros === true;
+    const chunk = writeZeros ? PREPARE_WRITE_CHUNK_BYTES : PREPARE_POPULATE_CHUNK_BYTES;
+    const live = () => this.#available && options.stopped?.() !== true;
+    for (let at = from; at < size;) {
+      // Only pages past the writer's: it faulted the ones it wrote, and
+      // pre-faulting a page that a flush has cleaned would make it dirty
+      // again (harmless, but written back twice).
+      const start = Math.max(at, this.#wrote === 0 ? 0 : writerPage() + page);
+      if (!live() || start >= size) break;
+      const end = Math.min(size, start + chunk);
+      at = end;
+      if (populate) await mapping.populate(start, end - start);
+      if (!writeZeros) continue;
+      for (let wait = options.pace?.(); wait !== undefined && live(); wait = options.pace?.()) {
+        // A close must not wait for the pace (it may wait for a quiet gap
+        // that a closing store never gives).
+        this.#retiring ??= new Promise<void>((resolve) => this.#resolveRetiring = resolve);
+        await Promise.race([wait, this.#retiring]);
+      }
+      // Zeros only past the writer's page, so appended bytes are left to
+      // flush() (bytes appended into the chunk while it is written back may
+      // become durable early, which is harmless). Decided in the same
+      // synchronous step as the pace's answer.
+      const zerosFrom = Math.max(start, this.#wrote === 0 ? 0 : writerPage() + page);
+      if (!live() || zerosFrom >= end) continue;
+      // Written back, the pages are clean and write-protected again, so an
+      // append takes a (cheap, minor) fault per page. Pre-faulting them once
+      // more would make the whole segment dirty a second time, and the
+      // kernel's background writeback then writes the zeros again, in
+      // front of the flushes (measured: SYNC acks/s down by a third).
+      await mapping.sync(zerosFrom, end - zerosFrom);
+    }
+    return options.lock === true && live() ? mapping.lock() : false;
   }
 
   /** Last modification time of the file (for age-based deletion). */
@@ -832,6 +984,7 @@ export class MappedFile {
   #retire(): void {
     if (!this.#available) return;
     this.#available = false;
+    this.#resolveRetiring?.();
     this.#retiredAtMs = this.#clock.nowMs();
     this.release();
   }
@@ -868,6 +1021,7 @@ export class MappedFile {
     // the mapping and the pool buffer: let them finish first.
     await this.#ioTail;
     await Promise.allSettled([...this.#reads]);
+    await this.#preparing;
     this.#mapping?.unmap();
     this.#releaseWriteBuffers();
     await this.#handle.close();

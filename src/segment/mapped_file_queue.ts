@@ -376,9 +376,13 @@ export class MappedFileQueue {
    * Flushes from {@link flushedWhere} under the least-pages rule, going on
    * into the next segment when one is flushed to its end.
    *
+   * @param leastPages Whole 4 KiB pages that must have changed (0: any).
+   * @param maxBytes Stop after about this many bytes (whole pages, at least
+   *   one; see {@link MappedFile.flush}), so one call ends in bounded time
+   *   on a large backlog. Default: no bound.
    * @returns Whether {@link flushedWhere} moved.
    */
-  async flush(leastPages: number): Promise<boolean> {
+  async flush(leastPages: number, maxBytes: number = Number.MAX_SAFE_INTEGER): Promise<boolean> {
     this.#checkOpen("flush");
     const before = this.#flushedWhere;
     for (let step = 0; step < this.#files.length; step++) {
@@ -386,11 +390,15 @@ export class MappedFileQueue {
       const file = this.findMappedFileByOffset(where) ?? (where === 0 ? this.firstFile : undefined);
       if (file === undefined) break;
       const timestamp = file.storeTimestampMs;
-      const position = await file.flush(leastPages);
+      const readyPosition = file.committedPosition;
+      const budget = Math.max(1, maxBytes - (where - before));
+      const position = await file.flush(leastPages, budget);
       const reached = file.fileFromOffset + position;
       assert(reached >= where, `flush went back from ${where} to ${reached}`);
       this.#flushedWhere = reached;
-      if (leastPages === 0) this.#storeTimestampMs = timestamp;
+      // A bounded flush that stopped short did not cover the last append.
+      if (leastPages === 0 && position >= readyPosition) this.#storeTimestampMs = timestamp;
+      if (reached - before >= maxBytes) break;
       if (position < this.fileSizeBytes) break;
     }
     return this.#flushedWhere !== before;
