@@ -116,6 +116,23 @@ for (const { adapter, skip } of cases) {
       });
     });
 
+    test("load() removes an empty index file left by a crash during its creation", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        let index = serviceOf(env);
+        await index.load(true, 0);
+        await put(index, 100, T0, "k");
+        await index.close();
+        const empty = `${index.directory}/29991231235959999`;
+        await env.port.writeFileAtomic(empty, new Uint8Array(0));
+        index = serviceOf(env);
+        await index.load(false, T0 + 60_000);
+        assert.equal(index.files.length, 1);
+        assert.deepEqual(offsetsOf(index, "k"), [100]);
+        assert.equal(await env.port.stat(empty), undefined);
+        await index.close();
+      });
+    });
+
     test("load() keeps every file after a clean exit and drops newer ones after a crash", async () => {
       await withSegmentEnv(adapter, async (env) => {
         let index = serviceOf(env);

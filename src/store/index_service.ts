@@ -176,9 +176,17 @@ export class IndexService {
       .sort();
     try {
       for (const name of names) {
+        const path = `${this.directory}/${name}`;
+        // A crash between creating an index file and allocating it leaves
+        // it empty: it never held an entry, so it is dropped (the entries
+        // of its time are re-dispatched like those of any newer file).
+        if ((await this.#port.stat(path))?.sizeBytes === 0) {
+          if (!this.#readOnly) await this.#port.remove(path);
+          continue;
+        }
         const file = await IndexFile.open({
           port: this.#port,
-          path: `${this.directory}/${name}`,
+          path,
           hashSlotNum: this.hashSlotNum,
           indexNum: this.indexNum,
           readOnly: this.#readOnly,
