@@ -1,3 +1,5 @@
+import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 /**
  * Helpers of the commit-log and message-store tests: stores on a memory
  * port with a manual clock, reading the records back from the files, file
@@ -139,7 +141,33 @@ export async function snapshotFiles(
   return files;
 }
 
-/** A port whose flushes (`Mapping.sync`, `FileHandle.datasync`) wait while held. */
+/**
+ * Asserts that a rejected operation changed no file: every file of `before`
+ * is byte-identical in `after`, and a file that appeared since is all zeros
+ * (allocation ahead may pre-create the next segment at any moment). Compares
+ * with `Buffer.equals` and reports the first differing byte, never a diff of
+ * whole segments.
+ */
+export function assertFilesUnchanged(
+  before: Map<string, Uint8Array>,
+  after: Map<string, Uint8Array>,
+): void {
+  for (const [path, bytes] of before) {
+    const now = after.get(path);
+    assert.ok(now !== undefined, `${path} disappeared`);
+    if (!Buffer.from(now.buffer, now.byteOffset, now.byteLength).equals(bytes)) {
+      let at = 0;
+      while (at < bytes.length && bytes[at] === now[at]) at++;
+      assert.fail(`${path} changed at byte ${at} (size ${bytes.length} -> ${now.length})`);
+    }
+  }
+  for (const [path, bytes] of after) {
+    if (before.has(path)) continue;
+    assert.ok(bytes.every((byte) => byte === 0), `${path} appeared with content`);
+  }
+}
+
+/** A port whose commit-log flushes (`Mapping.sync`, `FileHandle.datasync`) wait while held. */
 export interface GatedPort {
   port: RuntimePort;
   /** Flushes started from now on wait. */
@@ -192,7 +220,12 @@ export function gatedPort(inner: RuntimePort): GatedPort {
       const value = Reflect.get(target, key);
       if (typeof value !== "function") return value;
       if (key === "createFile" || key === "openFile") {
-        return async (...args: unknown[]) => wrapHandle(await value.apply(target, args));
+        // Only commit-log flushes are gated: consume-queue, index and
+        // checkpoint flushes of the dispatcher run on their own schedule.
+        return async (...args: unknown[]) => {
+          const handle = await value.apply(target, args);
+          return String(args[0]).includes("/commitlog/") ? wrapHandle(handle) : handle;
+        };
       }
       return value.bind(target);
     },

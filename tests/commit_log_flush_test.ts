@@ -250,7 +250,7 @@ describe("flush services", () => {
     try {
       assert.equal((await put(env.store)).status, "PUT_OK");
       await waitForSegments(env.port, env.directory, 2);
-      env.port.failNext({ operation: "flush", error: "EIO" });
+      env.port.failNext({ operation: "flush", error: "EIO", pathIncludes: "/commitlog/" });
       const r = await put(env.store);
       assert.equal(r.status, "UNKNOWN_ERROR");
       assert.equal(r.error?.code, "IO_ERROR");
@@ -276,7 +276,7 @@ describe("flush services", () => {
     try {
       const r = await put(env.store);
       await waitForSegments(env.port, env.directory, 2);
-      env.port.failNext({ operation: "flush", error: "EIO" });
+      env.port.failNext({ operation: "flush", error: "EIO", pathIncludes: "/commitlog/" });
       env.clock.advance(10);
       await assert.rejects(
         env.store.whenFlushed(r.appendResult!.wroteBytes),

@@ -165,6 +165,14 @@ export interface FaultOptions {
   nth?: number;
   /** The error: `EIO` (code `IO_ERROR`) or `ENOSPC` (code `NO_SPACE`). */
   error: "EIO" | "ENOSPC";
+  /**
+   * Only operations on paths containing this text count (e.g.
+   * `"/commitlog/"`), so background flushes of other files do not take
+   * the fault.
+   *
+   * @default {""}
+   */
+  pathIncludes?: string;
 }
 
 /** Options of the {@link MemoryPort} constructor. */
@@ -538,6 +546,7 @@ interface PendingFault {
   operation: FaultOptions["operation"];
   remaining: number;
   error: FaultOptions["error"];
+  pathIncludes: string;
 }
 
 const FAULT_CODES: Readonly<Record<FaultOptions["error"], MqStoreErrorCode>> = {
@@ -572,7 +581,7 @@ class MemoryDisk {
   ): MqStoreError | undefined {
     let fired: PendingFault | undefined;
     for (const fault of this.faults) {
-      if (fault.operation !== operation) continue;
+      if (fault.operation !== operation || !path.includes(fault.pathIncludes)) continue;
       fault.remaining--;
       if (fault.remaining === 0 && fired === undefined) fired = fault;
     }
@@ -1077,6 +1086,7 @@ export class MemoryPort implements RuntimePort {
       operation: options.operation,
       remaining: nth,
       error: options.error,
+      pathIncludes: options.pathIncludes ?? "",
     });
   }
 
