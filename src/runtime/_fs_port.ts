@@ -311,6 +311,21 @@ function parseHolder(text: string): string | undefined {
   return match[2] ? `pid ${match[1]} (${match[2]})` : `pid ${match[1]}`;
 }
 
+/** The holder recorded in a lock or pid file, if that process is alive. */
+function liveHolder(text: string | undefined): string | undefined {
+  if (text === undefined) return undefined;
+  const pid = Number(/pid (\d+)/.exec(text)?.[1] ?? NaN);
+  return Number.isInteger(pid) && isAlive(pid) ? parseHolder(text) : undefined;
+}
+
+function readIfExists(path: string): string | undefined {
+  try {
+    return fs.readFileSync(path, "utf8");
+  } catch {
+    return undefined;
+  }
+}
+
 function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -532,6 +547,17 @@ export class FsPort implements RuntimePort {
         fs.closeSync(fd);
       }
     }
+    // A process on the portable adapter cannot see OFD locks: honour its
+    // pid file, as it honours the record written below.
+    const portableHolder = liveHolder(readIfExists(`${path}/${PID_FILE}`));
+    if (portableHolder !== undefined) {
+      native.fcntlLock(fd, LINUX.F_OFD_SETLK, LINUX.F_UNLCK);
+      fs.closeSync(fd);
+      throw new MqStoreError(
+        "LOCKED",
+        `Cannot lock store directory ${path}: it is held by ${portableHolder}`,
+      );
+    }
     const record = `${LOCK_MAGIC}\npid ${process.pid} ${native.adapter}\n`;
     fs.ftruncateSync(fd, 0);
     fs.writeSync(fd, record, 0);
@@ -541,6 +567,9 @@ export class FsPort implements RuntimePort {
       release: () => {
         if (released) return Promise.resolve();
         released = true;
+        // Clear the holder record so a portable opener sees the lock free.
+        fs.ftruncateSync(fd, 0);
+        fs.writeSync(fd, LOCK_MAGIC, 0);
         native.fcntlLock(fd, LINUX.F_OFD_SETLK, LINUX.F_UNLCK);
         return call<void>("close lock file", lockPath, (cb) => fs.close(fd, cb));
       },
@@ -595,6 +624,16 @@ export class FsPort implements RuntimePort {
       }
     }
     const lockPath = `${path}/${LOCK_FILE}`;
+    // A live holder recorded by an FFI adapter (which holds an OFD lock this
+    // adapter cannot test) keeps the directory.
+    const nativeHolder = liveHolder(readIfExists(lockPath));
+    if (nativeHolder !== undefined) {
+      fs.rmSync(pidPath, { force: true });
+      throw new MqStoreError(
+        "LOCKED",
+        `Cannot lock store directory ${path}: it is held by ${nativeHolder}`,
+      );
+    }
     if (!fs.existsSync(lockPath)) fs.writeFileSync(lockPath, LOCK_MAGIC);
     PORTABLE_LOCKS.add(key);
     let released = false;
