@@ -19,6 +19,7 @@ import { LIBC_CALL, LibcWorker } from "../src/runtime/_bun_worker.ts";
 import { LINUX, type NativeLibc } from "../src/runtime/_native.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { createPort } from "../src/runtime/mod.ts";
+import { assertOfdLockExcludesSecondDescription } from "./_native_checks.ts";
 
 const SKIP = runtimeName() === "bun" ? false : "bun-ffi runs on Bun only";
 const BUN_MODULE = new URL("../src/runtime/bun.ts", import.meta.url).href;
@@ -398,25 +399,7 @@ test(
 test(
   "fcntlLock() refuses a second open file description (bun-ffi)",
   { skip: SKIP },
-  () =>
-    withLibc((libc, directory) => {
-      const path = `${directory}/lock`;
-      const first = fs.openSync(path, "w+");
-      const second = fs.openSync(path, "r+");
-      try {
-        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
-        const refused = libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK);
-        assert.ok(refused.errno === LINUX.EAGAIN || refused.errno === LINUX.EACCES);
-        // An OFD holder is reported with pid -1.
-        const holder = libc.fcntlLock(second, LINUX.F_OFD_GETLK, LINUX.F_WRLCK);
-        assert.deepEqual(holder, { errno: 0, type: LINUX.F_WRLCK, pid: -1 });
-        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_UNLCK).errno, 0);
-        assert.equal(libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
-      } finally {
-        fs.closeSync(first);
-        fs.closeSync(second);
-      }
-    }),
+  () => withLibc((libc, directory) => assertOfdLockExcludesSecondDescription(libc, directory)),
 );
 
 test(

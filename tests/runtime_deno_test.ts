@@ -16,6 +16,7 @@ import { test } from "node:test";
 import { MqStoreError } from "../src/errors.ts";
 import { LINUX, type NativeLibc } from "../src/runtime/_native.ts";
 import { runtimeName } from "../src/runtime/info.ts";
+import { assertOfdLockExcludesSecondDescription } from "./_native_checks.ts";
 
 const SKIP = runtimeName() === "deno" ? false : "deno-ffi runs on Deno only";
 const DENO_MODULE = new URL("../src/runtime/deno.ts", import.meta.url).href;
@@ -259,25 +260,7 @@ test("mmap() maps a read-only descriptor PROT_READ and reports refusals (deno-ff
 test(
   "fcntlLock() refuses a second open file description (deno-ffi)",
   { skip: SKIP },
-  () =>
-    withLibc((libc, directory) => {
-      const path = `${directory}/lock`;
-      const first = fs.openSync(path, "w+");
-      const second = fs.openSync(path, "r+");
-      try {
-        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
-        const refused = libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK);
-        assert.ok(refused.errno === LINUX.EAGAIN || refused.errno === LINUX.EACCES);
-        // An OFD holder is reported with pid -1.
-        const holder = libc.fcntlLock(second, LINUX.F_OFD_GETLK, LINUX.F_WRLCK);
-        assert.deepEqual(holder, { errno: 0, type: LINUX.F_WRLCK, pid: -1 });
-        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_UNLCK).errno, 0);
-        assert.equal(libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
-      } finally {
-        fs.closeSync(first);
-        fs.closeSync(second);
-      }
-    }),
+  () => withLibc((libc, directory) => assertOfdLockExcludesSecondDescription(libc, directory)),
 );
 
 test(

@@ -15,6 +15,7 @@ import { test } from "node:test";
 import { MqStoreError } from "../src/errors.ts";
 import { LINUX, type NativeLibc } from "../src/runtime/_native.ts";
 import { runtimeName } from "../src/runtime/info.ts";
+import { assertOfdLockExcludesSecondDescription } from "./_native_checks.ts";
 
 const SKIP = runtimeName() === "node" ? false : "node-koffi runs on Node only";
 const NODE_MODULE = new URL("../src/runtime/node.ts", import.meta.url).href;
@@ -183,25 +184,7 @@ test("retire() releases the range once the view is collected (node-koffi)", {
 test(
   "fcntlLock() refuses a second open file description (node-koffi)",
   { skip: SKIP },
-  () =>
-    withLibc((libc, directory) => {
-      const path = `${directory}/lock`;
-      const first = fs.openSync(path, "w+");
-      const second = fs.openSync(path, "r+");
-      try {
-        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
-        const refused = libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK);
-        assert.ok(refused.errno === LINUX.EAGAIN || refused.errno === LINUX.EACCES);
-        // An OFD holder is reported with pid -1.
-        const holder = libc.fcntlLock(second, LINUX.F_OFD_GETLK, LINUX.F_WRLCK);
-        assert.deepEqual(holder, { errno: 0, type: LINUX.F_WRLCK, pid: -1 });
-        assert.equal(libc.fcntlLock(first, LINUX.F_OFD_SETLK, LINUX.F_UNLCK).errno, 0);
-        assert.equal(libc.fcntlLock(second, LINUX.F_OFD_SETLK, LINUX.F_WRLCK).errno, 0);
-      } finally {
-        fs.closeSync(first);
-        fs.closeSync(second);
-      }
-    }),
+  () => withLibc((libc, directory) => assertOfdLockExcludesSecondDescription(libc, directory)),
 );
 
 test(
