@@ -64,6 +64,11 @@ describe("durability", () => {
           port,
           flushDiskType: "SYNC_FLUSH",
           mappedFileSizeCommitLog: segmentBytes,
+          // Puts wait until the first segment is prepared: a pre-fault
+          // (MADV_POPULATE_WRITE) that overlaps the writer re-dirties pages a
+          // flush already made durable (same bytes, written back twice),
+          // which the probe cannot tell from an unflushed page.
+          warmMapedFileEnable: true,
           onWarning: () => {},
         });
         const handles = new Map<number, FileHandle>();
