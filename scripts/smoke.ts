@@ -1,6 +1,6 @@
 /**
- * Smoke demo of the runtime layer (what `npm start` runs until the bench CLI
- * lands): creates a store directory, takes its lock, creates a fallocated
+ * Smoke demo of the runtime layer (`npm run smoke`; `npm start` runs
+ * `mqstore bench`): creates a store directory, takes its lock, creates a fallocated
  * commit-log segment, maps it, writes records through the mapping, flushes
  * them off the JavaScript thread, proves with the page-cache probe that no
  * written page is left dirty, then re-reads the bytes from a fresh process

@@ -16,13 +16,15 @@ import process from "node:process";
 import { describe, test } from "node:test";
 import {
   EXIT_INVALID_RECORD,
+  EXIT_IO,
   EXIT_NOT_FOUND,
   EXIT_OK,
   EXIT_USAGE,
   runCliAsync,
 } from "../src/cli/main.ts";
 import { runtimeName } from "../src/runtime/info.ts";
-import { PROJECT_ROOT, removeDirectory } from "./_helpers.ts";
+import { MessageStore } from "../src/store/message_store.ts";
+import { makeTempDirectory, PROJECT_ROOT, removeDirectory } from "./_helpers.ts";
 import { copyCorpusStore, CORPUS_SKIP, type Json } from "./_corpus_helpers.ts";
 
 interface Run {
@@ -186,6 +188,224 @@ describe("mqstore verify, get, stats", () => {
       assert.equal(result.code, code, argv.join(" "));
       assert.match(result.stderr, message);
       assert.equal(result.stderr.trim().split("\n").length, 1, result.stderr);
+    }
+  });
+
+  test("runCliAsync() answers bad input to every command in one line and modifies no store", {
+    timeout: 60_000,
+  }, async () => {
+    const root = makeTempDirectory();
+    try {
+      // A small real store: 2 queues of topic T, 64 KiB segments, tiny index.
+      const pristine = path.join(root, "pristine");
+      const store = await MessageStore.open(pristine, {
+        mappedFileSizeCommitLog: 0x1_0000,
+        mappedFileSizeConsumeQueue: 2000,
+        maxHashSlotNum: 100,
+        maxIndexNum: 400,
+        onWarning: () => {},
+      });
+      for (let i = 0; i < 100; i++) {
+        const result = await store.putMessage({
+          topic: "T",
+          queueId: i % 2,
+          body: new Uint8Array(100).fill(i),
+          properties: { TAGS: "a", KEYS: `k${i}` },
+        });
+        assert.equal(result.status, "PUT_OK");
+      }
+      await store.close();
+      const segment = path.join("commitlog", "00000000000000000000");
+      const cqFile = path.join("consumequeue", "T", "0", "00000000000000000000");
+      const empty = path.join(root, "empty");
+      fs.mkdirSync(empty);
+      // [name, damage to a copy of the store, argv with {} for the copy, exit code, stderr].
+      const cases: Array<[string, (dir: string) => void, string[], number, RegExp]> = [
+        [
+          "unknown dump flag",
+          () => {},
+          ["dump", "--bogus", `{}/${segment}`],
+          EXIT_USAGE,
+          /unknown flag --bogus/,
+        ],
+        [
+          "unknown verify flag",
+          () => {},
+          ["verify", "{}", "--fast"],
+          EXIT_USAGE,
+          /unknown flag --fast/,
+        ],
+        [
+          "unknown get flag",
+          () => {},
+          ["get", "{}", "--offset", "0", "-x"],
+          EXIT_USAGE,
+          /unknown flag -x/,
+        ],
+        [
+          "unknown stats flag",
+          () => {},
+          ["stats", "--bogus", "{}"],
+          EXIT_USAGE,
+          /unknown flag --bogus/,
+        ],
+        ["unknown bench flag", () => {}, ["bench", "--bogus"], EXIT_USAGE, /unknown flag --bogus/],
+        ["unknown command", () => {}, ["frobnicate"], EXIT_USAGE, /unknown command frobnicate/],
+        [
+          "missing value",
+          () => {},
+          ["get", "{}", "--offset"],
+          EXIT_USAGE,
+          /--offset needs a value/,
+        ],
+        [
+          "flag as value",
+          () => {},
+          ["get", "{}", "--topic", "--queue", "0"],
+          EXIT_USAGE,
+          /--topic needs a value/,
+        ],
+        [
+          "non-numeric offset",
+          () => {},
+          ["get", "{}", "--offset", "12ab"],
+          EXIT_USAGE,
+          /non-negative integer, not 12ab/,
+        ],
+        [
+          "negative count",
+          () => {},
+          ["get", "{}", "--topic", "T", "--queue", "0", "--count", "-3"],
+          EXIT_USAGE,
+          /needs a value|non-negative integer/,
+        ],
+        [
+          "bad base offset",
+          () => {},
+          ["dump", "--base-offset", "x", `{}/${segment}`],
+          EXIT_USAGE,
+          /--base-offset needs a non-negative integer/,
+        ],
+        [
+          "topic too long",
+          () => {},
+          ["get", "{}", "--topic", "t".repeat(128), "--queue", "0"],
+          EXIT_USAGE,
+          /128 characters; a topic has 1 to 127/,
+        ],
+        [
+          "topic characters",
+          () => {},
+          ["get", "{}", "--topic", "a b", "--key", "k1"],
+          EXIT_USAGE,
+          /outside \[%\|a-zA-Z0-9_-\]/,
+        ],
+        [
+          "queue id over int32",
+          () => {},
+          ["get", "{}", "--topic", "T", "--queue", "2147483648"],
+          EXIT_USAGE,
+          /a queue id is at most 2147483647/,
+        ],
+        ["missing store", () => {}, ["stats", "{}/nope"], EXIT_IO, /ENOENT/],
+        ["missing dump file", () => {}, ["dump", "{}/nope"], EXIT_IO, /ENOENT/],
+        [
+          "a file, not a store",
+          () => {},
+          ["verify", "{}/checkpoint"],
+          EXIT_IO,
+          /is not a directory/,
+        ],
+        ["not a store", () => {}, ["verify", empty], EXIT_IO, /is not a store directory/],
+        [
+          "not a store (get)",
+          () => {},
+          ["get", empty, "--offset", "0"],
+          EXIT_IO,
+          /is not a store directory/,
+        ],
+        [
+          "commitlog is a file",
+          (dir) => {
+            fs.rmSync(path.join(dir, "commitlog"), { recursive: true });
+            fs.writeFileSync(path.join(dir, "commitlog"), "x");
+          },
+          ["stats", "{}"],
+          EXIT_IO,
+          /is not a store directory/,
+        ],
+        [
+          "truncated segment",
+          (dir) => fs.truncateSync(path.join(dir, segment), 1000),
+          ["stats", "{}"],
+          EXIT_IO,
+          /segment .* is 1000 bytes; a segment is 4096/,
+        ],
+        [
+          "garbage segment",
+          (dir) => {
+            const bytes = fs.readFileSync(path.join(dir, segment));
+            for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7 + 1) & 0xFF;
+            fs.writeFileSync(path.join(dir, segment), bytes);
+          },
+          ["get", "{}", "--offset", "0"],
+          EXIT_INVALID_RECORD,
+          /invalid record .* closed cleanly: it is corrupt/,
+        ],
+        [
+          "garbage segment (stats)",
+          (dir) => {
+            const bytes = fs.readFileSync(path.join(dir, segment));
+            bytes.fill(0x5A, 0, 0x1000);
+            fs.writeFileSync(path.join(dir, segment), bytes);
+          },
+          ["stats", "{}"],
+          EXIT_INVALID_RECORD,
+          /it is corrupt/,
+        ],
+        [
+          "consume queue of a wrong size",
+          (dir) => fs.truncateSync(path.join(dir, cqFile), 7),
+          ["get", "{}", "--topic", "T", "--queue", "0"],
+          EXIT_IO,
+          /Consume-queue file .* is 7 bytes/,
+        ],
+        [
+          "corrupt checkpoint",
+          (dir) => fs.writeFileSync(path.join(dir, "checkpoint"), "hi"),
+          ["stats", "{}"],
+          EXIT_IO,
+          /[Cc]heckpoint .* is 2 bytes/,
+        ],
+        [
+          "segment is a directory",
+          (dir) => fs.mkdirSync(path.join(dir, "commitlog", "00000000000000065536")),
+          ["verify", "{}"],
+          EXIT_IO,
+          /Cannot verify .*EISDIR/,
+        ],
+      ];
+      for (const [name, damage, argv, code, message] of cases) {
+        const copy = path.join(root, "copy");
+        removeDirectory(copy);
+        fs.cpSync(pristine, copy, { recursive: true });
+        damage(copy);
+        const before = digest(copy);
+        const result = await run(argv.map((argument) => argument.replace("{}", copy)));
+        assert.equal(result.code, code, `${name}: ${result.stderr}`);
+        assert.match(result.stderr, message, name);
+        assert.equal(result.stderr.trim().split("\n").length, 1, `${name}: ${result.stderr}`);
+        assert.doesNotMatch(result.stderr, /\n\s+at /, name);
+        assert.equal(digest(copy), before, `${name}: the store changed`);
+      }
+      // The intact store answers, and is not changed either.
+      const before = digest(pristine);
+      assert.equal((await run(["verify", pristine])).code, EXIT_OK);
+      assert.equal((await run(["stats", pristine])).code, EXIT_OK);
+      assert.equal((await run(["get", pristine, "--topic", "T", "--key", "k7"])).code, EXIT_OK);
+      assert.equal(digest(pristine), before);
+    } finally {
+      removeDirectory(root);
     }
   });
 

@@ -25,6 +25,8 @@ const INDEX_SLOT_BYTES = 4;
 const INDEX_ENTRY_BYTES = 20;
 /** RocketMQ's defaults (5 000 000 slots, 20 000 000 entries) keep 4 entries per slot. */
 const INDEX_ENTRIES_PER_SLOT = 4;
+/** Size of a consume-queue unit (SPEC §7). */
+const CQ_UNIT_BYTES = 20;
 
 /**
  * The index sizes of a store's first index file, assuming RocketMQ's ratio
@@ -49,8 +51,14 @@ export function guessIndexSizes(root: string): IndexSizes | undefined {
 
 const SEGMENT_NAME = /^[0-9]{20}$/;
 
-/** Size of the first file named like a segment under `directory`, or undefined. */
-export function firstSegmentSize(directory: string): number | undefined {
+/** Smallest and largest commit-log segment the store opens (see options.ts). */
+const COMMIT_LOG_SEGMENT_MIN_BYTES = 0x1000;
+const COMMIT_LOG_SEGMENT_MAX_BYTES = 0x7FFF_F000;
+/** Largest consume-queue file the store opens. */
+const CONSUME_QUEUE_FILE_MAX_BYTES = 0x7FFF_FFEC;
+
+/** The first non-empty file named like a segment under `directory`, with its size. */
+function firstSegment(directory: string): { file: string; sizeBytes: number } | undefined {
   let names: string[];
   try {
     names = fs.readdirSync(directory).filter((name) => SEGMENT_NAME.test(name)).sort();
@@ -58,14 +66,41 @@ export function firstSegmentSize(directory: string): number | undefined {
     return undefined;
   }
   for (const name of names) {
-    const size = fs.statSync(path.join(directory, name)).size;
-    if (size > 0) return size;
+    const file = path.join(directory, name);
+    const sizeBytes = fs.statSync(file).size;
+    if (sizeBytes > 0) return { file, sizeBytes };
   }
   return undefined;
 }
 
-/** Size of the first consume-queue file of the store, or undefined when there is none. */
-function consumeQueueFileSize(root: string): number | undefined {
+/** Size of the first file named like a segment under `directory`, or undefined. */
+export function firstSegmentSize(directory: string): number | undefined {
+  return firstSegment(directory)?.sizeBytes;
+}
+
+/**
+ * Throws unless `directory` holds a `commitlog/` directory: a path that is
+ * no store must not be answered as an empty one.
+ *
+ * @throws {MqStoreError} `NOT_FOUND`.
+ */
+export function checkStoreDirectory(directory: string): void {
+  let isDirectory = false;
+  try {
+    isDirectory = fs.statSync(path.join(directory, "commitlog")).isDirectory();
+  } catch {
+    isDirectory = false;
+  }
+  if (!isDirectory) {
+    throw new MqStoreError(
+      "NOT_FOUND",
+      `${directory} is not a store directory (no commitlog/ directory in it)`,
+    );
+  }
+}
+
+/** The first consume-queue file of the store with its size, or undefined when there is none. */
+function firstConsumeQueueFile(root: string): { file: string; sizeBytes: number } | undefined {
   const base = path.join(root, "consumequeue");
   let topics: string[];
   try {
@@ -81,8 +116,8 @@ function consumeQueueFileSize(root: string): number | undefined {
       continue;
     }
     for (const queue of queues) {
-      const size = firstSegmentSize(path.join(base, topic, queue));
-      if (size !== undefined) return size;
+      const first = firstSegment(path.join(base, topic, queue));
+      if (first !== undefined) return first;
     }
   }
   return undefined;
@@ -98,14 +133,33 @@ export async function openStoreReadOnly(
   directory: string,
   sizes: IndexSizes | undefined,
 ): Promise<MessageStore> {
-  if (!fs.existsSync(path.join(directory, "commitlog"))) {
+  checkStoreDirectory(directory);
+  // Sizes come from the files: one no store writes is a corrupt file, not
+  // an option out of range.
+  const segment = firstSegment(path.join(directory, "commitlog"));
+  const commitLogSize = segment?.sizeBytes;
+  if (
+    segment !== undefined &&
+    (segment.sizeBytes < COMMIT_LOG_SEGMENT_MIN_BYTES ||
+      segment.sizeBytes > COMMIT_LOG_SEGMENT_MAX_BYTES)
+  ) {
     throw new MqStoreError(
-      "NOT_FOUND",
-      `${directory} is not a store directory (no commitlog/ in it)`,
+      "INVALID_FILE",
+      `Commit-log segment ${segment.file} is ${segment.sizeBytes} bytes; a segment is ${COMMIT_LOG_SEGMENT_MIN_BYTES} to ${COMMIT_LOG_SEGMENT_MAX_BYTES} bytes`,
     );
   }
-  const commitLogSize = firstSegmentSize(path.join(directory, "commitlog"));
-  const consumeQueueSize = consumeQueueFileSize(directory);
+  const consumeQueue = firstConsumeQueueFile(directory);
+  const consumeQueueSize = consumeQueue?.sizeBytes;
+  if (
+    consumeQueue !== undefined &&
+    (consumeQueue.sizeBytes % CQ_UNIT_BYTES !== 0 ||
+      consumeQueue.sizeBytes > CONSUME_QUEUE_FILE_MAX_BYTES)
+  ) {
+    throw new MqStoreError(
+      "INVALID_FILE",
+      `Consume-queue file ${consumeQueue.file} is ${consumeQueue.sizeBytes} bytes; it must be a whole number of ${CQ_UNIT_BYTES}-byte units, at most ${CONSUME_QUEUE_FILE_MAX_BYTES}`,
+    );
+  }
   return await MessageStore.open(directory, {
     readOnly: true,
     adapter: "portable",

@@ -2,6 +2,9 @@
  * The `mqstore` command: argument parsing and subcommand dispatch.
  *
  * ```
+ * mqstore bench [--messages <n>] [--size <bytes>] [--queues <q>]
+ *               [--flush async|async-pool|sync] [--producers <k>] [--dir <path>]
+ *               [--keep] [--json] [--runtime deno|bun|node] [--segment-size <bytes>]
  * mqstore dump [--json] [--no-crc] [--base-offset <n>] <commit-log file>...
  * mqstore verify [--json] [--no-crc] <store dir>
  * mqstore get [--json] <store dir> --offset <n> | --msg-id <id>
@@ -13,11 +16,14 @@
  *
  * Run it with `deno task mqstore …`, `npm run mqstore -- …`, or
  * `deno run -A src/cli/main.ts …`. A user mistake (unknown command or flag,
- * missing argument, unreadable file) prints one line on stderr, never a
- * stack trace. Exit codes: 0 success, 1 a file could not be read, 2 bad
- * usage, 3 the dump stopped at an invalid record (verify: the store has a
- * torn or corrupt record), 4 `get` found nothing. `verify`, `get` and
- * `stats` never modify the store (read-only: no lock, no write).
+ * missing or malformed value, invalid topic or queue id, a path that is not
+ * a store) prints one line on stderr, never a stack trace. Exit codes: 0
+ * success (bench: PASS), 1 a file could not be read or a store not opened
+ * (bench: FAIL), 2 bad usage, 3 the dump stopped at an invalid record
+ * (verify: the store has a torn or corrupt record; get, stats: a corrupt
+ * one), 4 `get` found nothing. `verify`, `get` and `stats` never modify the
+ * store (read-only: no lock, no write); `bench` only writes into a fresh
+ * directory.
  *
  * @module
  */
@@ -34,10 +40,30 @@ import {
   dumpFile,
   fileStartOffset,
 } from "./dump.ts";
+import { TOPIC_LENGTH_MAX_BYTES, TOPIC_PATTERN } from "../record/mod.ts";
+import type { MessageStore } from "../store/message_store.ts";
+import { BENCH_SYNC_PRODUCERS_DEFAULT, runBenchCommand } from "./bench.ts";
 import { GET_TABLE_HEADER, getMessages, type GetQuery, messageJson, messageRow } from "./get.ts";
-import { type IndexSizes, openStoreReadOnly } from "./_open_store.ts";
+import {
+  EXIT_INVALID_RECORD,
+  EXIT_IO,
+  EXIT_NOT_FOUND,
+  EXIT_OK,
+  EXIT_USAGE,
+} from "./_exit_codes.ts";
+import { checkStoreDirectory, type IndexSizes, openStoreReadOnly } from "./_open_store.ts";
+import { UsageError } from "./_usage_error.ts";
 import { formatSummary, summarize } from "./stats.ts";
-import { formatVerifyReport, verifyStore } from "./verify.ts";
+import { formatVerifyReport, type VerifyReport, verifyStore } from "./verify.ts";
+
+export {
+  EXIT_BENCH_FAILED,
+  EXIT_INVALID_RECORD,
+  EXIT_IO,
+  EXIT_NOT_FOUND,
+  EXIT_OK,
+  EXIT_USAGE,
+} from "./_exit_codes.ts";
 
 /** Where the command writes. */
 export interface CliOutput {
@@ -45,20 +71,41 @@ export interface CliOutput {
   stdout(text: string): void;
   /** Receives standard error, in pieces. */
   stderr(text: string): void;
+  /**
+   * Whether standard error is a terminal: `bench` then draws its progress
+   * as one line redrawn in place, else as a plain line every 10%.
+   *
+   * @default {false}
+   */
+  stderrIsTerminal?: boolean;
 }
 
-/** Exit code: success. */
-export const EXIT_OK = 0;
-/** Exit code: a file could not be read. */
-export const EXIT_IO = 1;
-/** Exit code: bad usage (unknown command or flag, missing argument). */
-export const EXIT_USAGE = 2;
-/** Exit code: `dump` stopped at an invalid record; `verify` found a torn or corrupt one. */
-export const EXIT_INVALID_RECORD = 3;
-/** Exit code: `get` found no message. */
-export const EXIT_NOT_FOUND = 4;
-
 const USAGE = `Usage:
+  mqstore bench [--messages <n>] [--size <bytes>] [--queues <q>] [--flush <mode>]
+                [--producers <k>] [--dir <path>] [--keep] [--json]
+                [--runtime deno|bun|node] [--segment-size <bytes>]
+      The main job: open a store in a fresh directory, write the messages,
+      wait until they are durable and dispatched, read every queue back with
+      getMessages and check every body; print throughput, put latency
+      (p50/p99/p99.9), read rate and bytes on disk, then PASS (exit code 0)
+      or FAIL: <reason> (exit code 1, the store is kept).
+      --messages      messages to write (default 1000000; 100k, 1m, 1_000 work)
+      --size          body bytes (default 1024; 128, 1k, 1KiB, 64KiB work)
+      --queues        queues of the topic (default 4)
+      --flush         async (default: ASYNC_FLUSH), async-pool (ASYNC_FLUSH
+                      with the transient store pool, 256 MiB segments unless
+                      --segment-size), sync (SYNC_FLUSH, group commit)
+      --producers     concurrent producers, each awaiting its put (default 1,
+                      ${BENCH_SYNC_PRODUCERS_DEFAULT} with --flush sync); latency is sampled on every
+                      put under sync, on one put in 16 under async
+      --dir           store directory; it must be missing or empty (default: a
+                      fresh one under the temp directory); removed at the end
+      --keep          keep the store directory
+      --json          print one JSON object with every figure (no progress)
+      --runtime       run under deno, bun or node (from node_modules/.bin)
+      --segment-size  mappedFileSizeCommitLog (default: the store's, 1 GiB)
+      --adapter       the runtime adapter (default auto; portable works anywhere)
+      --progress      bar, lines or off (default: bar on a terminal, else lines)
   mqstore dump [--json] [--no-crc] [--base-offset <n>] <commit-log file>...
       Print every record of the files in physical order: a table, or with
       --json one JSON object per line (the golden manifest's fields). Stops at
@@ -82,11 +129,6 @@ const USAGE = `Usage:
   mqstore help
       Show this text.
 `;
-
-/** A user mistake: reported in one line with exit code 2. */
-class UsageError extends Error {
-  override name = "UsageError";
-}
 
 interface DumpArguments {
   json: boolean;
@@ -216,7 +258,10 @@ function parseStoreArguments(command: string, argv: readonly string[]): StoreArg
       parsed.checkCrc = false;
     } else if (valueFlags.includes(name)) {
       const value = argument.includes("=") ? argument.slice(argument.indexOf("=") + 1) : argv[++i];
-      if (value === undefined) throw new UsageError(`${command}: ${name} needs a value`);
+      // `--topic --queue 1`: the next flag is not the value (`--key=--x` still works).
+      if (value === undefined || (value.startsWith("--") && !argument.includes("="))) {
+        throw new UsageError(`${command}: ${name} needs a value`);
+      }
       parsed.values.set(name, value);
     } else if (argument.startsWith("-") && argument !== "-") {
       throw new UsageError(`${command}: unknown flag ${argument}`);
@@ -289,21 +334,48 @@ function getQuery(values: ReadonlyMap<string, string>): GetQuery {
   if (topic === undefined) {
     throw new UsageError("get: give --offset, --msg-id, or --topic with --queue or --key");
   }
+  checkTopic(topic);
   const key = values.get("--key");
   if (key !== undefined) return { kind: "key", topic, key, count };
   if (!values.has("--queue")) throw new UsageError("get: --topic needs --queue or --key");
+  const queueId = integerFlag("get", values, "--queue");
+  if (queueId > QUEUE_ID_MAX) {
+    throw new UsageError(`get: --queue is ${queueId}; a queue id is at most ${QUEUE_ID_MAX}`);
+  }
   return {
     kind: "queue",
     topic,
-    queueId: integerFlag("get", values, "--queue"),
+    queueId,
     queueOffset: integerFlag("get", values, "--queue-offset", 0),
     count,
   };
 }
 
+/** Largest queue id: an int32 in the record (SPEC §3). */
+const QUEUE_ID_MAX = 0x7FFF_FFFF;
+
+/** A topic no store can hold is a usage error, not "no such message". */
+function checkTopic(topic: string): void {
+  if (topic.length === 0 || topic.length > TOPIC_LENGTH_MAX_BYTES) {
+    throw new UsageError(
+      `get: --topic is ${topic.length} characters; a topic has 1 to ${TOPIC_LENGTH_MAX_BYTES}`,
+    );
+  }
+  if (!TOPIC_PATTERN.test(topic)) {
+    throw new UsageError(`get: --topic "${topic}" has characters outside [%|a-zA-Z0-9_-]`);
+  }
+}
+
 function runVerify(argv: readonly string[], output: CliOutput): number {
   const options = parseStoreArguments("verify", argv);
-  const report = verifyStore(options.directory, { checkCrc: options.checkCrc });
+  checkStoreDirectory(options.directory);
+  let report: VerifyReport;
+  try {
+    report = verifyStore(options.directory, { checkCrc: options.checkCrc });
+  } catch (error) {
+    // A file the scan cannot read (a directory named like a segment): name the store.
+    throw systemError(error, "verify", options.directory);
+  }
   output.stdout(options.json ? `${JSON.stringify(report)}\n` : formatVerifyReport(report));
   return report.status === "ok" ? EXIT_OK : EXIT_INVALID_RECORD;
 }
@@ -313,6 +385,7 @@ async function runGet(argv: readonly string[], output: CliOutput): Promise<numbe
   const query = getQuery(options.values);
   const store = await openStoreReadOnly(options.directory, indexSizes("get", options.values));
   try {
+    if (!checkRecovery(store, output)) return EXIT_INVALID_RECORD;
     const messages = await getMessages(store, query);
     if (messages.length === 0) {
       output.stderr("mqstore: get: no such message\n");
@@ -332,12 +405,38 @@ async function runStats(argv: readonly string[], output: CliOutput): Promise<num
   const options = parseStoreArguments("stats", argv);
   const store = await openStoreReadOnly(options.directory, indexSizes("stats", options.values));
   try {
+    if (!checkRecovery(store, output)) return EXIT_INVALID_RECORD;
     const summary = summarize(store);
     output.stdout(options.json ? `${JSON.stringify(summary)}\n` : formatSummary(summary));
     return EXIT_OK;
   } finally {
     await store.close();
   }
+}
+
+/**
+ * What the read-only open's scan found, told in one line: an invalid
+ * record in a store closed cleanly is corruption (get and stats refuse to
+ * answer from it); after a crash it is most likely a torn tail, which an
+ * open cuts (they answer, with a note).
+ *
+ * @returns Whether to go on.
+ */
+function checkRecovery(store: MessageStore, output: CliOutput): boolean {
+  const recovery = store.recovery;
+  if (recovery.endKind !== "invalid") return true;
+  const where = `the commit log of ${store.directory} ends at offset ${recovery.maxOffset} ` +
+    `with an invalid record${recovery.detail === "" ? "" : ` (${recovery.detail})`}`;
+  if (recovery.clean) {
+    output.stderr(
+      `mqstore: ${where} although the store was closed cleanly: it is corrupt (see: mqstore verify ${store.directory})\n`,
+    );
+    return false;
+  }
+  output.stderr(
+    `mqstore: note: ${where} after an unclean close; reading up to it (see: mqstore verify ${store.directory})\n`,
+  );
+  return true;
 }
 
 /** The one-line answer to an error; rethrows a bug. */
@@ -351,7 +450,8 @@ function reportError(error: unknown, output: CliOutput): number {
     return EXIT_IO;
   }
   if (typeof error === "object" && error !== null && "code" in error) {
-    output.stderr(`mqstore: ${systemError(error, "read", "the input").message}\n`);
+    const at = "path" in error && typeof error.path === "string" ? error.path : "the input";
+    output.stderr(`mqstore: ${systemError(error, "read", at).message}\n`);
     return EXIT_IO;
   }
   if (error instanceof RangeError || error instanceof TypeError) {
@@ -388,6 +488,7 @@ export function runCli(argv: readonly string[], output: CliOutput): number {
         return runVerify(rest, output);
       case "get":
       case "stats":
+      case "bench":
         throw new UsageError(`${command} is asynchronous: call runCliAsync()`);
       case "help":
       case "--help":
@@ -426,6 +527,9 @@ export async function runCliAsync(argv: readonly string[], output: CliOutput): P
         return await runGet(rest, output);
       case "stats":
         return await runStats(rest, output);
+      case "bench":
+        if (rest.includes("--help") || rest.includes("-h")) return runCli(["help"], output);
+        return await runBenchCommand(rest, output);
       default:
         return runCli(argv, output);
     }
@@ -450,13 +554,22 @@ function isEntryPoint(): boolean {
   const main = (import.meta as { main?: boolean }).main;
   if (main !== undefined) return main;
   const script = process.argv[1];
-  return script !== undefined && path.resolve(script) === fileURLToPath(import.meta.url);
+  if (script === undefined) return false;
+  // npm runs the installed command through a symlink (node_modules/.bin/
+  // mqstore) while Node names this module by its real path.
+  try {
+    return fs.realpathSync(path.resolve(script)) ===
+      fs.realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
 }
 
 if (isEntryPoint()) {
   const code = await runCliAsync(process.argv.slice(2), {
     stdout: (text) => writeTo(1, text),
     stderr: (text) => writeTo(2, text),
+    stderrIsTerminal: process.stderr.isTTY === true,
   });
   process.exitCode = code;
 }

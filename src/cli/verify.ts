@@ -224,6 +224,11 @@ function verifyConsumeQueues(
       for (const name of listSorted(queueDirectory, SEGMENT_NAME)) {
         if (stopped) break;
         const bytes = fs.readFileSync(path.join(queueDirectory, name));
+        if (bytes.length % CQ_UNIT_BYTES !== 0) {
+          problem(
+            `consume queue ${topic}/${queueId} file ${name} is ${bytes.length} bytes, not a whole number of ${CQ_UNIT_BYTES}-byte units`,
+          );
+        }
         const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
         for (let at = 0; at + CQ_UNIT_BYTES <= bytes.length; at += CQ_UNIT_BYTES) {
           const offset = view.getInt32(at) * 0x1_0000_0000 + view.getUint32(at + 4);
