@@ -10,7 +10,17 @@ export type { MqStoreErrorCode } from "./src/errors.ts";
 export { availableAdapters, createPort, runtimeName } from "./src/runtime/mod.ts";
 export type {
   AdapterName,
+  Advice,
+  CreateFileOptions,
   CreatePortOptions,
+  DirectoryLock,
+  DiskSpace,
+  FileHandle,
+  FileStat,
+  LockedBuffer,
+  Mapping,
+  OpenFileOptions,
+  PageCacheState,
   RuntimeName,
   RuntimePort,
 } from "./src/runtime/mod.ts";
@@ -33,6 +43,7 @@ export type {
   PutMessageStatus,
 } from "./src/commit_log/put_message_result.ts";
 export type { StoreStatsSnapshot, TopicPutStats } from "./src/commit_log/store_stats.ts";
-export type { MessageInput } from "./src/record/mod.ts";
+export type { MessageInput, PropertiesInput } from "./src/record/mod.ts";
+export type { StoreCheckpoint } from "./src/commit_log/store_checkpoint.ts";
 export { ManualClock, systemClock } from "./src/segment/clock.ts";
 export type { Clock } from "./src/segment/clock.ts";
