@@ -64,11 +64,10 @@ describe("durability", () => {
           port,
           flushDiskType: "SYNC_FLUSH",
           mappedFileSizeCommitLog: segmentBytes,
-          // Puts wait until the first segment is prepared: a pre-fault
-          // (MADV_POPULATE_WRITE) that overlaps the writer re-dirties pages a
-          // flush already made durable (same bytes, written back twice),
-          // which the probe cannot tell from an unflushed page.
-          warmMapedFileEnable: true,
+          // Puts start at once, while the first segment is still being
+          // prepared (pre-faulted and its zeros written back) under them:
+          // a pre-fault must never dirty again a page a flush made durable.
+          warmMapedFileEnable: false,
           onWarning: () => {},
         });
         const handles = new Map<number, FileHandle>();

@@ -222,7 +222,7 @@ for (const { adapter, skip } of cases) {
       await queue.flush(0);
       assert.equal(queue.unflushedBytes, 0);
       await queue.close();
-      pool.close();
+      await pool.close();
     });
 
     run(
@@ -271,7 +271,7 @@ for (const { adapter, skip } of cases) {
       assert.deepEqual(await readAt(queue, SIZE, 100), pattern(SIZE + 100).subarray(SIZE));
       await queue.close();
       assert.equal(pool.availableCount, 2);
-      pool.close();
+      await pool.close();
     });
 
     run("truncateDirtyFiles() trims the holding segment and deletes later ones", async (env) => {

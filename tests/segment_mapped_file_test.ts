@@ -4,6 +4,8 @@ import { setImmediate } from "node:timers";
 import { MqStoreError } from "../src/errors.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { isAbleTo, MappedFile } from "../src/segment/mapped_file.ts";
+import { PREPARE_WRITE_CHUNK_BYTES } from "../src/segment/constants.ts";
+import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { TransientStorePool } from "../src/segment/transient_store_pool.ts";
 import { pattern } from "./_helpers.ts";
 import {
@@ -74,6 +76,64 @@ async function readAll(file: MappedFile, position: number, size: number): Promis
   const copy = range.bytes.slice();
   range.release();
   return copy;
+}
+
+/**
+ * Wraps a port so that `Mapping.populate` waits at a gate until `open()`
+ * (then runs for real), and logs `populate a-b` when a pre-fault is asked
+ * for, `populated a-b` when it ended and `sync a-b` when a sync starts.
+ */
+function gatedPopulatePort(inner: RuntimePort): {
+  port: RuntimePort;
+  events: string[];
+  open(): void;
+} {
+  const events: string[] = [];
+  let open!: () => void;
+  const gate = new Promise<void>((resolve) => open = resolve);
+  const wrapMapping = (mapping: Mapping): Mapping =>
+    new Proxy(mapping, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key === "populate") {
+          return async (position: number, length: number) => {
+            events.push(`populate ${position}-${position + length}`);
+            await gate;
+            await target.populate(position, length);
+            events.push(`populated ${position}-${position + length}`);
+          };
+        }
+        if (key === "sync") {
+          return (position: number, length: number) => {
+            events.push(`sync ${position}-${position + length}`);
+            return target.sync(position, length);
+          };
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  const wrapHandle = (handle: FileHandle): FileHandle =>
+    new Proxy(handle, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key === "map") {
+          return async (offset?: number, length?: number) =>
+            wrapMapping(await target.map(offset, length));
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  const port = new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (key === "createFile" || key === "openFile") {
+        return async (...args: unknown[]) =>
+          wrapHandle(await (value as (...a: unknown[]) => Promise<FileHandle>).apply(target, args));
+      }
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  return { port, events, open };
 }
 
 const cases = await adapterCases();
@@ -324,7 +384,9 @@ for (const { adapter, skip } of cases) {
     run(
       "commit() in pool mode copies into the file and gives the buffer back when full",
       async (env) => {
-        const pool = new TransientStorePool({ fileSizeBytes: SIZE, count: 1 });
+        // A buffer from the port: locked in memory on the FFI adapters.
+        const pool = new TransientStorePool({ fileSizeBytes: SIZE, count: 1, port: env.port });
+        await pool.init();
         const file = await create(env, 0, { pool });
         assert.equal(file.writeMode, "pool");
         assert.equal(pool.availableCount, 0);
@@ -344,7 +406,7 @@ for (const { adapter, skip } of cases) {
         assert.equal(await file.flush(4), SIZE);
         assert.deepEqual(await readAll(file, PAGE + 1, 100), pattern(100, 7));
         await file.close();
-        pool.close();
+        await pool.close();
       },
     );
 
@@ -448,6 +510,85 @@ for (const { adapter, skip } of cases) {
       open();
       await preparing;
       assert.ok(log.includes("sync"));
+      await file.close();
+    });
+
+    run(
+      "flush() waits for a pre-fault chunk it overlaps, so a flushed page is never dirtied again",
+      async (env) => {
+        const gated = gatedPopulatePort(env.port);
+        const file = await create(env, 0, { port: gated.port });
+        if (file.writeMode !== "mapping") return await file.close();
+        const preparing = file.prepare();
+        await settle();
+        assert.deepEqual(gated.events, ["populate 0-65536"], "held at the gate");
+        appendPayload(file, pattern(3 * PAGE, 4)); // the writer overtakes it
+        const flushing = file.flush(0);
+        await settle();
+        assert.deepEqual(gated.events, ["populate 0-65536"], "the flush waits for the chunk");
+        gated.open();
+        assert.equal(await flushing, 3 * PAGE);
+        await preparing;
+        assert.deepEqual(gated.events, [
+          "populate 0-65536",
+          "populated 0-65536",
+          "sync 0-12288",
+        ]);
+        // The real kernel agrees: nothing below the flushed position is dirty.
+        const probe = await env.port.openFile(file.path, { readOnly: true });
+        try {
+          const state = probe.pageCacheState(0, 3 * PAGE);
+          if (state !== undefined && env.memory === undefined) {
+            assert.equal(state.dirtyPages, 0, "pages dirtied again after their flush");
+            assert.equal(state.writebackPages, 0);
+          }
+        } finally {
+          await probe.close();
+        }
+        assert.deepEqual(await readAll(file, 0, 3 * PAGE), pattern(3 * PAGE, 4));
+        await file.close();
+      },
+    );
+
+    run("prepare() starts each chunk above the writer's page, re-read per chunk", async (env) => {
+      const size = 4 * PREPARE_WRITE_CHUNK_BYTES;
+      const gated = gatedPopulatePort(env.port);
+      const file = await MappedFile.create({
+        port: gated.port,
+        path: pathOf(env, 0),
+        fileSizeBytes: size,
+        sparse: true,
+      });
+      if (file.writeMode !== "mapping") return await file.close();
+      appendPayload(file, pattern(PAGE + 10, 1));
+      await file.flush(0);
+      gated.events.length = 0;
+      const preparing = file.prepare({ writeZeros: true });
+      await settle();
+      // The first chunk starts above the page holding the write position.
+      assert.deepEqual(gated.events, [
+        `populate ${2 * PAGE}-${2 * PAGE + PREPARE_WRITE_CHUNK_BYTES}`,
+      ]);
+      // Meanwhile the writer passes the whole chunk and half the next one.
+      const wrote = PREPARE_WRITE_CHUNK_BYTES + PREPARE_WRITE_CHUNK_BYTES / 2 + 10;
+      appendPayload(file, pattern(wrote - file.wrotePosition, 2));
+      gated.open();
+      await preparing;
+      const next = wrote - wrote % PAGE + PAGE;
+      const populated = gated.events.filter((e) => e.startsWith("populate "));
+      assert.deepEqual(populated, [
+        `populate ${2 * PAGE}-${2 * PAGE + PREPARE_WRITE_CHUNK_BYTES}`,
+        `populate ${next}-${next + PREPARE_WRITE_CHUNK_BYTES}`,
+        `populate ${next + PREPARE_WRITE_CHUNK_BYTES}-${next + 2 * PREPARE_WRITE_CHUNK_BYTES}`,
+        `populate ${next + 2 * PREPARE_WRITE_CHUNK_BYTES}-${size}`,
+      ]);
+      // Zeros are written back only above the writer's page too: none for
+      // the chunk it passed, and the later chunks from where they start.
+      assert.deepEqual(
+        gated.events.filter((e) => e.startsWith("sync ")),
+        populated.slice(1).map((e) => e.replace("populate", "sync")),
+      );
+      assert.equal(file.flushedPosition, PAGE + 10, "only flush() moves the flushed position");
       await file.close();
     });
 

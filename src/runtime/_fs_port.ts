@@ -22,6 +22,7 @@ import type {
   DiskSpace,
   FileHandle,
   FileStat,
+  LockedBuffer,
   Mapping,
   OpenFileOptions,
   PageCacheState,
@@ -335,6 +336,28 @@ function isAlive(pid: number): boolean {
   }
 }
 
+/** Whether this process already reported a write buffer it could not lock. */
+let unlockedBufferNoticed = false;
+
+/** `EINVAL`: what a kernel before 5.14 answers for `MADV_POPULATE_WRITE`. */
+const EINVAL = 0x16;
+
+/** A heap buffer: what {@link FsPort.allocateLockedBuffer} falls back to. */
+function heapBuffer(sizeBytes: number): LockedBuffer {
+  return { bytes: new Uint8Array(sizeBytes), locked: false, release: () => Promise.resolve() };
+}
+
+/**
+ * This process's `RLIMIT_MEMLOCK` soft limit as text ("8388608 bytes",
+ * "unlimited"), from `/proc/self/limits`.
+ */
+function memlockLimitText(): string {
+  const limits = readIfExists("/proc/self/limits");
+  const match = limits === undefined ? null : /^Max locked memory\s+(\S+)/m.exec(limits);
+  if (match === null) return "unknown";
+  return match[1] === "unlimited" ? "unlimited" : `${match[1]} bytes`;
+}
+
 /** The `node:fs` based port; see the module doc. */
 export class FsPort implements RuntimePort {
   readonly runtime: RuntimeName;
@@ -342,14 +365,23 @@ export class FsPort implements RuntimePort {
   readonly canMap: boolean;
   readonly pageSizeBytes: number;
   #native: NativeLibc | undefined;
+  #onNotice: (message: string) => void;
 
   /**
    * @param runtime The host runtime.
    * @param native The libc binding, or undefined for the portable adapter.
+   * @param onNotice Receives one-line notices (a write buffer that could
+   *   not be locked in memory, once per process).
+   * @default onNotice console.warn
    */
-  constructor(runtime: RuntimeName, native: NativeLibc | undefined) {
+  constructor(
+    runtime: RuntimeName,
+    native: NativeLibc | undefined,
+    onNotice: (message: string) => void = (message) => console.warn(message),
+  ) {
     this.runtime = runtime;
     this.#native = native;
+    this.#onNotice = onNotice;
     this.adapter = native?.adapter ?? "portable";
     this.canMap = native !== undefined;
     this.pageSizeBytes = native?.pageSizeBytes ?? 4096;
@@ -514,6 +546,66 @@ export class FsPort implements RuntimePort {
       totalBytes: stats.blocks * stats.bsize,
       availableBytes: stats.bavail * stats.bsize,
     };
+  }
+
+  async allocateLockedBuffer(sizeBytes: number): Promise<LockedBuffer> {
+    if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
+      throw new RangeError(`Cannot allocate a write buffer of ${sizeBytes} bytes`);
+    }
+    const native = this.#native;
+    if (native === undefined) return heapBuffer(sizeBytes);
+    let mapping: NativeMapping;
+    try {
+      mapping = native.mmapAnonymous(sizeBytes);
+    } catch (error) {
+      this.#noticeUnlocked(sizeBytes, error instanceof Error ? error.message : String(error));
+      return heapBuffer(sizeBytes);
+    }
+    const errno = native.mlockOnFault(mapping);
+    if (errno !== 0) {
+      native.retire(mapping);
+      this.#noticeUnlocked(sizeBytes, errnoError(errno, "mlock", `${sizeBytes} bytes`).message);
+      return heapBuffer(sizeBytes);
+    }
+    // Fault every page in, and with it lock it, off the JavaScript thread
+    // (a GiB takes a few hundred milliseconds). Where that fails (EINVAL:
+    // a kernel before 5.14) the first writes fault the pages in instead,
+    // and they are locked then.
+    const populated = await native.madviseAsync(
+      mapping,
+      0,
+      sizeBytes,
+      LINUX.MADV_POPULATE_WRITE,
+    );
+    if (populated !== 0 && populated !== EINVAL) {
+      native.retire(mapping);
+      this.#noticeUnlocked(
+        sizeBytes,
+        errnoError(populated, "fault in (MADV_POPULATE_WRITE)", `${sizeBytes} bytes`).message,
+      );
+      return heapBuffer(sizeBytes);
+    }
+    let released = false;
+    return {
+      bytes: mapping.bytes,
+      locked: true,
+      release: () => {
+        if (!released) {
+          released = true;
+          native.retire(mapping);
+        }
+        return Promise.resolve();
+      },
+    };
+  }
+
+  /** Reports, once per process, a write buffer left unlocked. */
+  #noticeUnlocked(sizeBytes: number, reason: string): void {
+    if (unlockedBufferNoticed) return;
+    unlockedBufferNoticed = true;
+    this.#onNotice(
+      `mqstore: a ${sizeBytes}-byte write buffer is not locked in memory (${reason}; RLIMIT_MEMLOCK is ${memlockLimitText()}); write buffers that cannot be locked use ordinary memory (raise ulimit -l or grant CAP_IPC_LOCK to lock them)`,
+    );
   }
 
   lockDirectory(path: string): Promise<DirectoryLock> {

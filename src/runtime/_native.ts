@@ -80,6 +80,22 @@ export interface NativeLibc {
   /** `munlock` of the whole mapping: 0 or errno. */
   munlock(mapping: NativeMapping): number;
   /**
+   * `mmap(NULL, length, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS,
+   * -1, 0)`: private zero-filled memory with a view over it (write
+   * buffers), released with {@link NativeLibc.retire} like a file mapping.
+   * Throws an {@link MqStoreError} on failure.
+   */
+  mmapAnonymous(length: number): NativeMapping;
+  /**
+   * Locks the whole mapping in memory from its first touch on
+   * (`mlock2(MLOCK_ONFAULT)`): the call only checks `RLIMIT_MEMLOCK` and
+   * marks the range, so it is quick even for a GiB, and the pages are
+   * faulted in (and so locked) by a later `MADV_POPULATE_WRITE` off the
+   * JavaScript thread. Falls back to `mlock` (which faults every page in
+   * at once) where libc lacks `mlock2`. 0 or errno.
+   */
+  mlockOnFault(mapping: NativeMapping): number;
+  /**
    * `fcntl(fd, cmd, &flock)` on byte 0 (length 1) with the given lock
    * type. Returns the errno (0 on success) and, for `F_OFD_GETLK`, the
    * type and pid the kernel reported.
@@ -106,6 +122,7 @@ export const LINUX = {
   MAP_ANONYMOUS: 0x20,
   MAP_NORESERVE: 0x4000,
   MS_SYNC: 0x4,
+  MLOCK_ONFAULT: 0x1,
   MADV_NORMAL: 0,
   MADV_RANDOM: 1,
   MADV_SEQUENTIAL: 2,

@@ -197,6 +197,7 @@ interface BunMappingState {
   readonly address: number;
   /** Mapped length in bytes. */
   readonly length: number;
+  /** The mapping's own descriptor of its file; -1 for anonymous memory. */
   readonly syncFd: number;
   inFlight: number;
   retired: boolean;
@@ -231,6 +232,8 @@ class BunLibc implements NativeLibc {
    * buffer, holding (and unregistered by) the state.
    */
   #orphans = new FinalizationRegistry<BunMappingState>((state) => this.#release(state));
+  /** `mlock2`, where libc has it (glibc 2.27 and later). */
+  #mlock2: ((address: number, length: number, flags: number) => number) | undefined;
   #flock = new Uint8Array(FLOCK.SIZE);
   #flockView = new DataView(this.#flock.buffer);
   #range = new Uint8Array(CACHESTAT.RANGE_SIZE);
@@ -241,6 +244,7 @@ class BunLibc implements NativeLibc {
   constructor(ffi: BunFfi) {
     this.#ffi = ffi;
     this.#libc = ffi.dlopen(LIBC_PATH, SYMBOLS).symbols;
+    this.#mlock2 = bindMlock2(ffi);
     // errno is thread-local; this is the JavaScript thread's, read right
     // after each failed call with nothing in between that could change it.
     this.#errnoAddress = this.#libc.__errno_location();
@@ -407,6 +411,48 @@ class BunLibc implements NativeLibc {
     return this.#check(this.#libc.munlock(state.address, mapping.length));
   }
 
+  mmapAnonymous(length: number): NativeMapping {
+    if (!Number.isSafeInteger(length) || length <= 0 || length > VIEW_SIZE_MAX_BYTES) {
+      throw new RangeError(
+        `Cannot map ${length} bytes of anonymous memory: the size must be in [1, ${VIEW_SIZE_MAX_BYTES}]`,
+      );
+    }
+    const address = this.#libc.mmap(
+      null,
+      length,
+      LINUX.PROT_READ | LINUX.PROT_WRITE,
+      LINUX.MAP_PRIVATE | LINUX.MAP_ANONYMOUS,
+      -1,
+      0,
+    );
+    if (address === MAP_FAILED) {
+      throw errnoError(this.#errno(), `map ${length} bytes of`, "anonymous memory");
+    }
+    // As for a file mapping: no deallocator, released by #release.
+    const buffer = this.#ffi.toArrayBuffer(address, 0, length);
+    const state: BunMappingState = {
+      address,
+      length,
+      syncFd: -1,
+      inFlight: 0,
+      retired: false,
+      released: false,
+    };
+    this.#orphans.register(buffer, state, state);
+    return { bytes: new Uint8Array(buffer), length, handle: state };
+  }
+
+  mlockOnFault(mapping: NativeMapping): number {
+    const state = mapping.handle as BunMappingState;
+    if (state.retired) return ENOMEM;
+    const mlock2 = this.#mlock2;
+    return this.#check(
+      mlock2 === undefined
+        ? this.#libc.mlock(state.address, state.length)
+        : mlock2(state.address, state.length, LINUX.MLOCK_ONFAULT),
+    );
+  }
+
   fcntlLock(
     fd: number,
     cmd: number,
@@ -462,7 +508,7 @@ class BunLibc implements NativeLibc {
     }
     // Every call on this descriptor has answered; a close error (EINTR, EIO
     // on Linux) does not leave it open and concerns no data of ours.
-    fs.close(state.syncFd, () => {});
+    if (state.syncFd >= 0) fs.close(state.syncFd, () => {});
   }
 
   /** 0 for a libc call that returned 0, else the errno it set. */
@@ -472,6 +518,23 @@ class BunLibc implements NativeLibc {
 
   #errno(): number {
     return this.#ffi.read.i32(this.#errnoAddress);
+  }
+}
+
+/** `mlock2` from libc, or undefined where libc lacks it (before glibc 2.27). */
+function bindMlock2(
+  ffi: BunFfi,
+): ((address: number, length: number, flags: number) => number) | undefined {
+  try {
+    // A library of its own: a missing symbol fails only this dlopen.
+    const library = ffi.dlopen(LIBC_PATH, {
+      mlock2: { args: ["ptr", "usize", "u32"], returns: "i32" },
+    }) as unknown as {
+      symbols: { mlock2(address: number, length: number, flags: number): number };
+    };
+    return library.symbols.mlock2;
+  } catch {
+    return undefined;
   }
 }
 

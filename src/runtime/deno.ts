@@ -75,6 +75,8 @@ const SYMBOLS = {
     nonblocking: true,
   },
   mlock: { parameters: ["pointer", "usize"], result: "i32" },
+  // glibc 2.27 and later; without it, mlockOnFault falls back to mlock.
+  mlock2: { parameters: ["pointer", "usize", "u32"], result: "i32", optional: true },
   munlock: { parameters: ["pointer", "usize"], result: "i32" },
   posix_fallocate: { parameters: ["i32", "i64", "i64"], result: "i32" },
   posix_fadvise: { parameters: ["i32", "i64", "i64", "i32"], result: "i32" },
@@ -231,6 +233,40 @@ class DenoLibc implements NativeLibc {
     const state = stateOf(mapping);
     if (state.retired) return ENOMEM;
     return this.#libc.munlock(state.pointer, BigInt(state.length)) === 0 ? 0 : this.#errno();
+  }
+
+  mmapAnonymous(length: number): NativeMapping {
+    if (!Number.isSafeInteger(length) || length <= 0) {
+      throw new RangeError(`Cannot map ${length} bytes of anonymous memory: not a positive size`);
+    }
+    const pointer = this.#libc.mmap(
+      null,
+      BigInt(length),
+      LINUX.PROT_READ | LINUX.PROT_WRITE,
+      LINUX.MAP_PRIVATE | LINUX.MAP_ANONYMOUS,
+      -1,
+      0n,
+    );
+    if (pointer === null || Deno.UnsafePointer.value(pointer) === MAP_FAILED_ADDRESS) {
+      throw errnoError(this.#errno(), `map ${length} bytes of`, "anonymous memory");
+    }
+    const buffer = Deno.UnsafePointerView.getArrayBuffer(pointer, length);
+    return {
+      bytes: new Uint8Array(buffer),
+      length,
+      handle: new MappingState(pointer, buffer, length),
+    };
+  }
+
+  mlockOnFault(mapping: NativeMapping): number {
+    const state = stateOf(mapping);
+    if (state.retired) return ENOMEM;
+    const length = BigInt(state.length);
+    const mlock2 = this.#libc.mlock2;
+    const result = mlock2 === null
+      ? this.#libc.mlock(state.pointer, length)
+      : mlock2(state.pointer, length, LINUX.MLOCK_ONFAULT);
+    return result === 0 ? 0 : this.#errno();
   }
 
   fcntlLock(fd: number, cmd: number, type: number): { errno: number; type: number; pid: number } {

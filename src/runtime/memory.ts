@@ -77,6 +77,7 @@ import type {
   DiskSpace,
   FileHandle,
   FileStat,
+  LockedBuffer,
   Mapping,
   OpenFileOptions,
   PageCacheState,
@@ -1282,6 +1283,20 @@ export class MemoryPort implements RuntimePort {
       totalBytes,
       availableBytes: Math.max(0, totalBytes - this.#disk.usedBytes()),
     };
+  }
+
+  /** Heap memory, never locked (there is nothing to lock in a simulation). */
+  allocateLockedBuffer(sizeBytes: number): Promise<LockedBuffer> {
+    if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
+      return Promise.reject(
+        new RangeError(`Cannot allocate a write buffer of ${sizeBytes} bytes`),
+      );
+    }
+    return Promise.resolve({
+      bytes: new Uint8Array(sizeBytes),
+      locked: false,
+      release: () => Promise.resolve(),
+    });
   }
 
   async lockDirectory(path: string): Promise<DirectoryLock> {

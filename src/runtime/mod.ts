@@ -23,7 +23,18 @@ export { MemoryPort } from "./memory.ts";
 export { runtimeName } from "./info.ts";
 export type { CrashOptions, CrashReport, FaultOptions, MemoryPortOptions } from "./memory.ts";
 
-/** Options of {@link createPort}. */
+/**
+ * Options of {@link createPort}.
+ *
+ * @example
+ * ```ts
+ * import { createPort, type CreatePortOptions } from "./mod.ts";
+ *
+ * const options: CreatePortOptions = { adapter: "auto", onNotice: (line) => console.error(line) };
+ * const port = await createPort(options);
+ * console.log(port.adapter); // "deno-ffi", "bun-ffi", "node-koffi" or "portable"
+ * ```
+ */
 export interface CreatePortOptions {
   /**
    * The adapter to use; `auto` picks the best one for the host.
@@ -32,8 +43,9 @@ export interface CreatePortOptions {
    */
   adapter?: AdapterName | "auto";
   /**
-   * Receives the one-line notice printed when `auto` falls back to the
-   * portable adapter.
+   * Receives the one-line notices: `auto` falling back to the portable
+   * adapter, and (once per process) a write buffer that could not be
+   * locked in memory.
    *
    * @default {console.warn}
    */
@@ -80,7 +92,18 @@ async function loadNative(runtime: RuntimeName): Promise<NativeLibc> {
   }
 }
 
-/** The adapters that can run on this host (for tests and benches). */
+/**
+ * The adapters that can run on this host (for tests and benches).
+ *
+ * @example
+ * ```ts
+ * import { availableAdapters } from "./mod.ts";
+ *
+ * console.log(availableAdapters()); // ["node-koffi", "portable", "memory"] on Node, glibc Linux
+ * ```
+ *
+ * @returns The host's FFI adapter where it covers the platform, then `portable` and `memory`.
+ */
 export function availableAdapters(): AdapterName[] {
   const adapters: AdapterName[] = [];
   if (nativePlatform() === undefined) adapters.push(NATIVE_ADAPTER[runtimeName()]);
@@ -120,7 +143,7 @@ export async function createPort(
   const unsupported = nativePlatform();
   if (unsupported === undefined) {
     try {
-      return new FsPort(runtime, await loadNative(runtime));
+      return new FsPort(runtime, await loadNative(runtime), notice);
     } catch (error) {
       if (wanted !== "auto") throw error;
       notice(

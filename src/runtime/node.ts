@@ -53,6 +53,8 @@ import type { PageCacheState } from "./port.ts";
 const MAP_FAILED = 0xffff_ffff_ffff_ffffn;
 /** `EOPNOTSUPP`: `cachestat` on a file system that cannot report it. */
 const EOPNOTSUPP = 0x5f;
+/** What the kernel answers for a range that is not mapped (any more). */
+const ENOMEM = 0x0c;
 
 /**
  * The state behind one mapping. It holds no reference to the view, so the
@@ -113,6 +115,13 @@ function bindLibc(): NativeLibc {
   const madvise = bind("int madvise(uintptr_t addr, size_t length, int advice)");
   const mlock = bind("int mlock(uintptr_t addr, size_t length)");
   const munlock = bind("int munlock(uintptr_t addr, size_t length)");
+  // glibc 2.27 and later; without it, mlockOnFault falls back to mlock.
+  let mlock2: KoffiFunction | undefined;
+  try {
+    mlock2 = bind("int mlock2(uintptr_t addr, size_t length, unsigned int flags)");
+  } catch {
+    mlock2 = undefined;
+  }
   const posixFallocate = bind(
     "int posix_fallocate(int fd, int64_t offset, int64_t length)",
   );
@@ -232,6 +241,47 @@ function bindLibc(): NativeLibc {
       const view = koffi.view(raw, length);
       released.register(view, range);
       return { bytes: new Uint8Array(view), length, handle: range };
+    },
+
+    mmapAnonymous(length: number): NativeMapping {
+      if (!Number.isSafeInteger(length) || length <= 0 || length > viewLengthMax) {
+        throw new RangeError(
+          `Cannot map ${length} bytes of anonymous memory: the size must be in [1, ${viewLengthMax}]`,
+        );
+      }
+      const raw = mmap(
+        0,
+        length,
+        LINUX.PROT_READ | LINUX.PROT_WRITE,
+        LINUX.MAP_PRIVATE | LINUX.MAP_ANONYMOUS,
+        -1,
+        0,
+      );
+      if (typeof raw !== "number") {
+        const errno = raw === MAP_FAILED ? koffi.errno() : 0;
+        if (errno !== 0) throw errnoError(errno, `map ${length} bytes of`, "anonymous memory");
+        munmap(raw, length);
+        throw new MqStoreError(
+          "UNSUPPORTED",
+          `Cannot map anonymous memory: the kernel returned address ${String(raw)}, beyond 2^53`,
+        );
+      }
+      // Retired like a file mapping: the placeholder frees (and unlocks)
+      // the memory at once, the registry releases the range later.
+      const range: KoffiRange = { address: raw, length, retired: false };
+      const view = koffi.view(raw, length);
+      released.register(view, range);
+      return { bytes: new Uint8Array(view), length, handle: range };
+    },
+
+    mlockOnFault(mapping: NativeMapping): number {
+      const range = rangeOf(mapping);
+      if (range.retired) return ENOMEM;
+      return status(
+        mlock2 === undefined
+          ? mlock(range.address, range.length)
+          : mlock2(range.address, range.length, LINUX.MLOCK_ONFAULT),
+      );
     },
 
     retire(mapping: NativeMapping): void {

@@ -16,10 +16,31 @@
  * @module
  */
 
-/** The JavaScript runtime the process runs on. */
+/**
+ * The JavaScript runtime the process runs on.
+ *
+ * @example
+ * ```ts
+ * import { runtimeName, type RuntimeName } from "./mod.ts";
+ *
+ * const runtime: RuntimeName = runtimeName();
+ * console.log(runtime); // "deno", "bun" or "node"
+ * ```
+ */
 export type RuntimeName = "deno" | "bun" | "node";
 
-/** The adapter serving a {@link RuntimePort}. */
+/**
+ * The adapter serving a {@link RuntimePort}.
+ *
+ * @example
+ * ```ts
+ * import { type AdapterName, createPort } from "./mod.ts";
+ *
+ * const adapter: AdapterName = "memory";
+ * const port = await createPort({ adapter });
+ * console.log(port.adapter); // "memory"
+ * ```
+ */
 export type AdapterName =
   | "deno-ffi"
   | "bun-ffi"
@@ -30,10 +51,37 @@ export type AdapterName =
 /**
  * Access-pattern advice for a mapped range (`madvise`) or a file range
  * (`posix_fadvise`).
+ *
+ * @example
+ * ```ts
+ * import { type Advice, MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * await port.makeDirectory("/s");
+ * const file = await port.createFile("/s/segment", 0x1000);
+ * const advice: Advice = "sequential";
+ * file.adviseCache(0, 0x1000, advice);
+ * await file.close();
+ * ```
  */
 export type Advice = "normal" | "random" | "sequential" | "willneed" | "dontneed";
 
-/** Page-cache state of a file range, from `cachestat(2)` (Linux ≥ 6.5). */
+/**
+ * Page-cache state of a file range, from `cachestat(2)` (Linux ≥ 6.5).
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * await port.makeDirectory("/s");
+ * const file = await port.createFile("/s/segment", 0x1000);
+ * await file.write(new Uint8Array([1]), 0);
+ * const state = file.pageCacheState(0, 0x1000); // undefined without cachestat
+ * console.log(state?.dirtyPages ?? "unknown");
+ * await file.close();
+ * ```
+ */
 export interface PageCacheState {
   /** Pages of the range present in the page cache. */
   cachedPages: number;
@@ -49,6 +97,20 @@ export interface PageCacheState {
  * After {@link Mapping.unmap} (or when the file it belongs to is retired) the
  * `bytes` view the core may still hold is either detached (length 0, on Deno
  * and Bun) or reads zeros (on Node): touching it can never crash the process.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * await port.makeDirectory("/s");
+ * const file = await port.createFile("/s/segment", port.pageSizeBytes);
+ * const mapping = await file.map(0, port.pageSizeBytes);
+ * mapping.bytes.set([1, 2, 3], 0);
+ * await mapping.sync(0, 3);
+ * mapping.unmap();
+ * await file.close();
+ * ```
  */
 export interface Mapping {
   /** The view over the mapped range; index 0 is file offset `fileOffset`. */
@@ -79,7 +141,23 @@ export interface Mapping {
   unmap(): void;
 }
 
-/** An open file. */
+/**
+ * An open file.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * await port.makeDirectory("/s");
+ * const file = await port.createFile("/s/data", 0x1000);
+ * await file.write(new Uint8Array([1, 2, 3]), 0);
+ * await file.datasync();
+ * const back = new Uint8Array(3);
+ * console.log(await file.read(back, 0), back); // 3 Uint8Array(3) [ 1, 2, 3 ]
+ * await file.close();
+ * ```
+ */
 export interface FileHandle {
   /** The path it was opened with. */
   readonly path: string;
@@ -113,7 +191,18 @@ export interface FileHandle {
   close(): Promise<void>;
 }
 
-/** Free and total space of the file system holding a path. */
+/**
+ * Free and total space of the file system holding a path.
+ *
+ * @example
+ * ```ts
+ * import { createPort } from "./mod.ts";
+ *
+ * const port = await createPort({ adapter: "portable" });
+ * const space = await port.diskSpace(".");
+ * console.log(`${(100 * space.availableBytes / space.totalBytes).toFixed(1)} % available`);
+ * ```
+ */
 export interface DiskSpace {
   /** Size of the file system. */
   totalBytes: number;
@@ -121,7 +210,20 @@ export interface DiskSpace {
   availableBytes: number;
 }
 
-/** What {@link RuntimePort.stat} reports. */
+/**
+ * What {@link RuntimePort.stat} reports.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * await port.makeDirectory("/s");
+ * await port.writeFileAtomic("/s/config", new TextEncoder().encode("{}"));
+ * const stat = await port.stat("/s/config");
+ * console.log(stat?.isFile, stat?.sizeBytes); // true 2
+ * ```
+ */
 export interface FileStat {
   /** Size in bytes. */
   sizeBytes: number;
@@ -133,7 +235,23 @@ export interface FileStat {
   isDirectory: boolean;
 }
 
-/** A held store-directory lock. */
+/**
+ * A held store-directory lock.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * await port.makeDirectory("/store");
+ * const lock = await port.lockDirectory("/store");
+ * try {
+ *   // The single writer of /store works here.
+ * } finally {
+ *   await lock.release();
+ * }
+ * ```
+ */
 export interface DirectoryLock {
   /** The lock file. */
   readonly path: string;
@@ -141,7 +259,19 @@ export interface DirectoryLock {
   release(): Promise<void>;
 }
 
-/** Options of {@link RuntimePort.createFile}. */
+/**
+ * Options of {@link RuntimePort.createFile}.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * await port.makeDirectory("/s");
+ * const file = await port.createFile("/s/scratch", 0x10_0000, { sparse: true });
+ * await file.close();
+ * ```
+ */
 export interface CreateFileOptions {
   /**
    * Create a sparse file instead of allocating every block with
@@ -153,7 +283,21 @@ export interface CreateFileOptions {
   sparse?: boolean;
 }
 
-/** Options of {@link RuntimePort.openFile}. */
+/**
+ * Options of {@link RuntimePort.openFile}.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * await port.makeDirectory("/s");
+ * await (await port.createFile("/s/data", 0x1000)).close();
+ * const file = await port.openFile("/s/data", { readOnly: true });
+ * console.log(file.readOnly, file.sizeBytes); // true 4096
+ * await file.close();
+ * ```
+ */
 export interface OpenFileOptions {
   /**
    * Open without write access.
@@ -163,7 +307,21 @@ export interface OpenFileOptions {
   readOnly?: boolean;
 }
 
-/** The port every adapter implements. */
+/**
+ * The port every adapter implements: the file-system, mapping and locking
+ * calls the store makes, and nothing else.
+ *
+ * @example
+ * ```ts
+ * import { createPort, type RuntimePort } from "./mod.ts";
+ *
+ * async function writeMarker(port: RuntimePort, directory: string): Promise<void> {
+ *   await port.makeDirectory(directory);
+ *   await port.writeFileAtomic(`${directory}/marker`, new TextEncoder().encode("ok"));
+ * }
+ * await writeMarker(await createPort({ adapter: "memory" }), "/store");
+ * ```
+ */
 export interface RuntimePort {
   /** The runtime the process runs on. */
   readonly runtime: RuntimeName;
@@ -215,4 +373,45 @@ export interface RuntimePort {
    * RocketMQ broker holds it.
    */
   lockDirectory(path: string): Promise<DirectoryLock>;
+  /**
+   * Allocates a zero-filled write buffer of `sizeBytes` (a transient store
+   * pool buffer), locked in memory where the runtime allows it: the FFI
+   * adapters map private anonymous memory, lock it (`mlock2` with
+   * `MLOCK_ONFAULT`) and fault it in off the JavaScript thread
+   * (`MADV_POPULATE_WRITE`). Where the lock is refused (`RLIMIT_MEMLOCK`
+   * without `CAP_IPC_LOCK`) the buffer is heap memory instead, and the
+   * first refusal in the process is reported once through the port's
+   * notice callback, naming the limit and the size; never an error. The
+   * portable and memory adapters always answer heap memory, silently.
+   *
+   * @throws {RangeError} When `sizeBytes` is not a positive integer.
+   */
+  allocateLockedBuffer(sizeBytes: number): Promise<LockedBuffer>;
+}
+
+/**
+ * A write buffer from {@link RuntimePort.allocateLockedBuffer}.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * const buffer = await port.allocateLockedBuffer(0x1_0000);
+ * buffer.bytes[0] = 1;
+ * console.log(buffer.locked); // false: the memory adapter never locks
+ * await buffer.release();
+ * ```
+ */
+export interface LockedBuffer {
+  /**
+   * The buffer. After {@link LockedBuffer.release} a view of locked memory
+   * is detached (length 0, on Deno and Bun) or reads zeros (on Node), never
+   * dangling; release it only when nothing reads or writes it any more.
+   */
+  readonly bytes: Uint8Array;
+  /** Whether its pages are locked in memory (false: heap memory). */
+  readonly locked: boolean;
+  /** Gives the memory back (`munmap`); idempotent. */
+  release(): Promise<void>;
 }

@@ -28,6 +28,7 @@
  * @module
  */
 
+import { setImmediate } from "node:timers";
 import { MqStoreError } from "../errors.ts";
 import type { RuntimePort } from "../runtime/port.ts";
 import type { Clock } from "./clock.ts";
@@ -210,12 +211,23 @@ export class AllocateMappedFileService {
     }
     const allocation = this.#table.get(path) ?? this.#enqueue(path, fileSizeBytes);
     allocation.requested = true;
-    // Created but still being prepared: the writer takes it now.
-    if (allocation.file !== undefined) this.#handOver(allocation, allocation.file);
-    if (!this.#table.has(nextPath) && this.#canPrepareAhead()) {
-      this.#enqueue(nextPath, fileSizeBytes);
+    const ahead = () => {
+      if (!this.#closed && !this.#table.has(nextPath) && this.#canPrepareAhead()) {
+        this.#enqueue(nextPath, fileSizeBytes);
+      }
+    };
+    if (allocation.file !== undefined) {
+      // Created (perhaps still being prepared): the writer takes it now.
+      this.#handOver(allocation, allocation.file);
+      // The segment is ready, so the only work left is the next one: queue
+      // and start it on a later turn of the event loop, not inside the
+      // writer's roll (the first steps of a creation cost 0.05–0.15 ms of
+      // JavaScript-thread time on Deno and Bun, paid on every roll).
+      this.#startWorker(ahead);
+    } else {
+      ahead();
+      this.#startWorker();
     }
-    this.#startWorker();
     try {
       return await allocation.promise;
     } finally {
@@ -283,9 +295,23 @@ export class AllocateMappedFileService {
     return allocation;
   }
 
-  #startWorker(): void {
-    if (this.#worker !== undefined) return;
-    this.#worker = this.#work().finally(() => {
+  /**
+   * Starts the worker loop unless it runs. With `later`, the loop starts
+   * on a later turn of the event loop (a macrotask) and runs `later` first,
+   * so that neither runs inside the caller's turn; `#worker` is set at
+   * once, so {@link whenIdle} waits for it. A running loop picks up what
+   * `later` queues, so it is then called at once.
+   */
+  #startWorker(later?: () => void): void {
+    if (this.#worker !== undefined) {
+      later?.();
+      return;
+    }
+    const work = later === undefined ? this.#work() : nextTurn().then(() => {
+      later();
+      return this.#work();
+    });
+    this.#worker = work.finally(() => {
       this.#worker = undefined;
       // A request queued while the loop was finishing.
       if (this.#queue.length > 0 && !this.#closed) this.#startWorker();
@@ -386,6 +412,11 @@ export class AllocateMappedFileService {
   #warn(message: string): void {
     (this.#options.onWarning ?? console.warn)(message);
   }
+}
+
+/** Resolves on a later turn of the event loop, after pending I/O callbacks. */
+function nextTurn(): Promise<void> {
+  return new Promise<void>((resolve) => setImmediate(resolve));
 }
 
 function messageOf(error: unknown): string {

@@ -7,7 +7,20 @@
 
 import { assert } from "../assert.ts";
 
-/** A source of time and timers. */
+/**
+ * A source of time and timers.
+ *
+ * @example
+ * ```ts
+ * import { type Clock, ManualClock, systemClock } from "./clock.ts";
+ *
+ * function deadline(clock: Clock, afterMs: number): number {
+ *   return clock.nowMs() + afterMs;
+ * }
+ * console.log(deadline(new ManualClock(1_000), 500)); // 1500
+ * console.log(deadline(systemClock, 500) > Date.now()); // true
+ * ```
+ */
 export interface Clock {
   /** Milliseconds since the epoch. */
   nowMs(): number;
@@ -71,6 +84,8 @@ export class ManualClock implements Clock {
   #sequence = 0;
 
   /**
+   * Creates a clock that reads `startMs` until it is advanced.
+   *
    * @param startMs The initial time.
    * @default startMs 0
    */

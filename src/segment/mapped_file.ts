@@ -35,7 +35,7 @@
 
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
-import type { FileHandle, Mapping, RuntimePort } from "../runtime/port.ts";
+import type { FileHandle, Mapping, PageCacheState, RuntimePort } from "../runtime/port.ts";
 import { type Clock, systemClock } from "./clock.ts";
 import {
   DESTROY_FORCE_AFTER_MS_DEFAULT,
@@ -267,6 +267,14 @@ export class MappedFile {
   #reads = new Set<Promise<unknown>>();
   /** The preparation in progress (settled), awaited before unmapping. */
   #preparing: Promise<unknown> | undefined;
+  /**
+   * The pre-fault chunk in flight, `[start, end)`, and its settlement. A
+   * flush whose range reaches into it waits for it: the kernel walks the
+   * chunk page by page, and a page that a flush had cleaned before the
+   * walk reached it would be dirtied again (same bytes, written back twice,
+   * and indistinguishable from an unflushed page to a `cachestat` probe).
+   */
+  #populating: { start: number; end: number; done: Promise<void> } | undefined;
   /** Resolves when closing begins: ends a preparation's wait for its pace. */
   #retiring: Promise<void> | undefined;
   #resolveRetiring: (() => void) | undefined;
@@ -582,6 +590,16 @@ export class MappedFile {
           // moves the flushed position.
           target = start + Math.max(page, maxBytes - maxBytes % page);
         }
+        // A page of this range inside the pre-fault chunk in flight is
+        // flushed only after the chunk (see #populating). A later chunk
+        // starts above the writer's page, so it cannot reach this range.
+        for (
+          let chunk = this.#populating;
+          chunk !== undefined && start < chunk.end && target > chunk.start;
+          chunk = this.#populating
+        ) {
+          await chunk.done;
+        }
         await mapping.sync(start, target - start);
       } else {
         await this.#handle.datasync();
@@ -659,6 +677,41 @@ export class MappedFile {
   /** Whether reads are views of a mapping ({@link selectView} works). */
   get readsThroughMapping(): boolean {
     return this.#mapping !== undefined;
+  }
+
+  /**
+   * Asks the kernel to start reading `[position, position + length)` into
+   * the page cache (`POSIX_FADV_WILLNEED`, what `MADV_WILLNEED` does for a
+   * shared file mapping, without touching the mapping's `MADV_RANDOM`
+   * advice) and returns without waiting for the reads. Does nothing where
+   * the port cannot advise or once the file is closing.
+   *
+   * @throws {RangeError} For a range outside the file.
+   */
+  adviseWillNeed(position: number, length: number): void {
+    checkFileRange(position, length, this.fileSizeBytes);
+    if (length === 0 || !this.hold()) return;
+    try {
+      this.#handle.adviseCache(position, length, "willneed");
+    } finally {
+      this.release();
+    }
+  }
+
+  /**
+   * Page-cache state of `[position, position + length)` (`cachestat`), or
+   * undefined where the port cannot tell or the file is closing.
+   *
+   * @throws {RangeError} For a range outside the file.
+   */
+  pageCacheState(position: number, length: number): PageCacheState | undefined {
+    checkFileRange(position, length, this.fileSizeBytes);
+    if (!this.hold()) return undefined;
+    try {
+      return this.#handle.pageCacheState(position, length);
+    } finally {
+      this.release();
+    }
   }
 
   /**
@@ -765,8 +818,11 @@ export class MappedFile {
    *
    * Appends, flushes and reads may run while it does: pre-faulting and
    * writing back pages never changes their bytes, and the flushed position
-   * is only ever moved by {@link flush}. Pages the writer passed while a
-   * chunk ran are skipped. A close stops it after the chunk in flight.
+   * is only ever moved by {@link flush}. Each chunk starts above the
+   * writer's page as it is when the chunk starts (pages the writer passed
+   * are skipped), and a flush reaching into the pre-fault chunk in flight
+   * waits for it, so a page made durable is never dirtied again by the
+   * preparation. A close stops it after the chunk in flight.
    * Only `mapping` mode writes through the mapping; elsewhere this does
    * nothing.
    *
@@ -808,14 +864,16 @@ export class MappedFile {
     const chunk = writeZeros ? PREPARE_WRITE_CHUNK_BYTES : PREPARE_POPULATE_CHUNK_BYTES;
     const live = () => this.#available && options.stopped?.() !== true;
     for (let at = from; at < size;) {
-      // Only pages past the writer's: it faulted the ones it wrote, and
-      // pre-faulting a page that a flush has cleaned would make it dirty
-      // again (harmless, but written back twice).
+      // Only pages past the writer's, re-read before each chunk: it faulted
+      // the ones it wrote, and pre-faulting a page that a flush has cleaned
+      // would make it dirty again (written back twice, and never durable
+      // in the eyes of a page-cache probe). A flush that reaches into the
+      // chunk while it runs waits for it (see #populating).
       const start = Math.max(at, this.#wrote === 0 ? 0 : writerPage() + page);
       if (!live() || start >= size) break;
       const end = Math.min(size, start + chunk);
       at = end;
-      if (populate) await mapping.populate(start, end - start);
+      if (populate) await this.#populate(mapping, start, end);
       if (!writeZeros) continue;
       for (let wait = options.pace?.(); wait !== undefined && live(); wait = options.pace?.()) {
         // A close must not wait for the pace (it may wait for a quiet gap
@@ -837,6 +895,19 @@ export class MappedFile {
       await mapping.sync(zerosFrom, end - zerosFrom);
     }
     return options.lock === true && live() ? mapping.lock() : false;
+  }
+
+  /** Pre-faults `[start, end)`, published as {@link MappedFile.#populating} meanwhile. */
+  async #populate(mapping: Mapping, start: number, end: number): Promise<void> {
+    assert(this.#populating === undefined, "pre-fault chunks run one at a time");
+    const running = mapping.populate(start, end - start);
+    const chunk = { start, end, done: running.then(() => {}, () => {}) };
+    this.#populating = chunk;
+    try {
+      await running;
+    } finally {
+      this.#populating = undefined;
+    }
   }
 
   /** Last modification time of the file (for age-based deletion). */
@@ -1031,6 +1102,17 @@ export class MappedFile {
     if (this.#removed) return;
     this.#removed = true;
     await this.#port.remove(this.path);
+  }
+}
+
+function checkFileRange(position: number, length: number, fileSizeBytes: number): void {
+  if (
+    !Number.isSafeInteger(position) || !Number.isSafeInteger(length) || position < 0 ||
+    length < 0 || position + length > fileSizeBytes
+  ) {
+    throw new RangeError(
+      `Range of ${length} bytes at position ${position} is outside the ${fileSizeBytes}-byte file`,
+    );
   }
 }
 
