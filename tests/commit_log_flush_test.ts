@@ -11,7 +11,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { MqStoreError } from "../src/errors.ts";
-import { MemoryPort } from "../src/runtime/mod.ts";
+import { availableAdapters, createPort, MemoryPort } from "../src/runtime/mod.ts";
+import type { AdapterName } from "../src/runtime/port.ts";
+import type { MessageStoreOptions } from "../src/store/options.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { ManualClock } from "../src/segment/clock.ts";
@@ -28,6 +30,43 @@ import {
   settle,
   waitForSegments,
 } from "./_store_helpers.ts";
+import { makeTempDirectory, removeDirectory } from "./_helpers.ts";
+
+const nativeAdapter = availableAdapters().find((a) => a !== "portable" && a !== "memory");
+
+/**
+ * Write-buffer configurations on real files, where commits and flushes end
+ * in I/O callbacks (macrotasks): a reader that retried without waiting
+ * starved them and the store hung at a segment roll.
+ */
+const WRITE_BUFFER_CASES: {
+  name: string;
+  adapter: AdapterName | undefined;
+  options: MessageStoreOptions;
+}[] = [
+  {
+    name: "a transient store pool of 2 buffers, commits lagging a segment",
+    adapter: nativeAdapter,
+    options: {
+      transientStorePoolEnable: true,
+      transientStorePoolSize: 2,
+      // Only whole segments (16 pages) are committed between thorough commits.
+      commitCommitLogLeastPages: 16,
+      commitIntervalCommitLog: 1_000,
+      commitCommitLogThoroughInterval: 100,
+    },
+  },
+  {
+    name: "a transient store pool of 3 buffers",
+    adapter: nativeAdapter,
+    options: { transientStorePoolEnable: true, transientStorePoolSize: 3 },
+  },
+  {
+    name: "the portable adapter's write window",
+    adapter: "portable",
+    options: { flushIntervalCommitLog: 20 },
+  },
+];
 
 const put = (store: MessageStore, length = 100, properties?: Record<string, string>) =>
   store.putMessage({ topic: "T", queueId: 0, body: body(length), properties });
@@ -140,6 +179,70 @@ describe("flush services", () => {
     env.port.crash();
     assert.equal((await readRecords(env.port, env.directory)).length, 30);
   });
+
+  for (const { name, adapter, options } of WRITE_BUFFER_CASES) {
+    test(
+      `putMessage() rolls through more segments than write buffers with ${name} (real files)`,
+      { skip: adapter === undefined ? "no native adapter here" : undefined },
+      async () => {
+        const root = makeTempDirectory();
+        try {
+          const port = await createPort({ adapter: adapter!, onNotice: () => {} });
+          const open = () =>
+            MessageStore.open(`${root}/store`, {
+              port,
+              mappedFileSizeCommitLog: SEGMENT_BYTES,
+              maxMessageSize: 0x2000,
+              mappedFileSizeConsumeQueue: 20 * 1024,
+              maxHashSlotNum: 256,
+              maxIndexNum: 1024,
+              sparseFiles: true,
+              onWarning: () => {},
+              ...options,
+            });
+          const store = await open();
+          const count = 1_200; // about 20 segments of 64 KiB
+          let end = 0;
+          try {
+            for (let i = 0; i < count; i++) {
+              const r = await store.putMessage({
+                topic: "T",
+                queueId: i & 3,
+                body: body(1_000, i),
+              });
+              assert.equal(r.status, "PUT_OK", r.error?.message);
+              end = r.appendResult!.wroteOffset + r.appendResult!.wroteBytes;
+            }
+            assert.ok(end > 16 * SEGMENT_BYTES, `${end} bytes span more segments than buffers`);
+            // No put follows: the commit (or flush) that makes the tail
+            // readable must wake the dispatcher by itself.
+            await store.whenDispatched(end);
+            for (let q = 0; q < 4; q++) {
+              let k = 0;
+              // Bounded: every page moves on by at least one message.
+              while (k < count / 4) {
+                const page = await store.getMessages("T", q, k, count);
+                assert.ok(page.messages.length > 0, `queue ${q} ends at ${k} of ${count / 4}`);
+                for (const m of page.messages) assert.deepEqual(m.body, body(1_000, 4 * k++ + q));
+              }
+              assert.equal(k, count / 4);
+            }
+          } finally {
+            await store.close();
+          }
+          const reopened = await open();
+          try {
+            assert.equal(reopened.maxOffset, end);
+            assert.equal(reopened.nextQueueOffset("T", 3), count / 4);
+          } finally {
+            await reopened.close();
+          }
+        } finally {
+          removeDirectory(root);
+        }
+      },
+    );
+  }
 
   test("MessageStore.open() refuses SYNC_FLUSH with the transient store pool", async () => {
     await assert.rejects(
@@ -392,6 +495,58 @@ describe("flush services", () => {
     } finally {
       await env.store.close().catch(() => {});
     }
+  });
+
+  test("GroupCommitService starts the next flush as soon as the producers it answered are back", async () => {
+    const memory = new MemoryPort(runtimeName());
+    const gate = gatedPort(memory);
+    const queue = new MappedFileQueue({
+      port: gate.port,
+      directory: "/group/commitlog",
+      fileSizeBytes: SEGMENT_BYTES,
+    });
+    await queue.load();
+    const stats = new StoreStats();
+    const groupCommit = new GroupCommitService({
+      queue,
+      clock: new ManualClock(),
+      syncFlushTimeoutMs: 5_000,
+      checkpoint: await StoreCheckpoint.load(gate.port, "/group/checkpoint"),
+      stats,
+      onFlushed: () => {},
+      onError: (error) => assert.fail(String(error)),
+    });
+    // Microtasks only: an event-loop turn (setImmediate, I/O) cannot run.
+    const drainMicrotasks = async () => {
+      for (let i = 0; i < 0x40; i++) await null;
+    };
+    const file = await queue.getOrCreateLastMappedFile(0);
+    const append = () => {
+      file.appendBytes(body(100));
+      return queue.maxWrotePosition;
+    };
+    // A group of two: both appended before the first request starts a flush.
+    const endA = append();
+    const endB = append();
+    const first = [
+      groupCommit.request(endA, { status: "PUT_OK" }, 0),
+      groupCommit.request(endB, { status: "PUT_OK" }, 0),
+    ];
+    assert.deepEqual((await Promise.all(first)).map((r) => r.status), ["PUT_OK", "PUT_OK"]);
+    assert.equal(stats.groupCommitCount, 1);
+    gate.hold();
+    const c = groupCommit.request(append(), { status: "PUT_OK" }, 0);
+    await drainMicrotasks();
+    assert.equal(gate.waiting, 0, "one of two producers back: the flush waits for the turn");
+    const d = groupCommit.request(append(), { status: "PUT_OK" }, 0);
+    await drainMicrotasks();
+    assert.equal(gate.waiting, 1, "both back: the flush started in the same turn");
+    gate.release();
+    assert.deepEqual([(await c).status, (await d).status], ["PUT_OK", "PUT_OK"]);
+    assert.equal(stats.groupCommitCount, 2);
+    assert.equal(stats.groupCommitRequests, 4, "one flush answered both");
+    await groupCommit.close();
+    await queue.close();
   });
 
   test("GroupCommitService.whenQuiet() waits while puts wait for a flush", async () => {

@@ -6,7 +6,8 @@
  * ```
  * loop: leastPages = commitCommitLogLeastPages, or 0 once per thorough interval
  *       queue.commit(leastPages); data moved → wake the flusher
- *       sleep commitIntervalCommitLog (a put may wake it)
+ *       sleep commitIntervalCommitLog (a put wakes it once leastPages
+ *       whole pages wait: onAppended)
  * close: stop the loop, then commit(0) until everything is in the files
  * ```
  *
@@ -14,6 +15,7 @@
  */
 
 import type { Clock } from "../segment/clock.ts";
+import { isAbleTo } from "../segment/mapped_file.ts";
 import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import { FINAL_FLUSH_ATTEMPTS } from "./constants.ts";
 import type { StoreStats } from "./store_stats.ts";
@@ -77,6 +79,17 @@ export class CommitRealTimeService {
   /** Ends the current sleep. */
   wakeup(): void {
     this.#wakeup.wake();
+  }
+
+  /**
+   * Tells the committer the log now ends at `wroteOffset`: wakes it only
+   * when a commit would move data (`leastPages` whole pages appended since
+   * the last commit). A wake-up per put, most of them finding too little
+   * to commit, cost a timer and a loop turn each.
+   */
+  onAppended(wroteOffset: number): void {
+    const { queue, leastPages } = this.#options;
+    if (isAbleTo(queue.committedWhere, wroteOffset, false, leastPages)) this.#wakeup.wake();
   }
 
   /**

@@ -5,6 +5,7 @@
  * ```
  * loop: leastPages = flushCommitLogLeastPages, or 0 once per thorough interval
  *       sleep flushIntervalCommitLog (timed) or until a put wakes it
+ *       (once leastPages whole pages wait: onAppended)
  *       queue.flush(leastPages) off the JS thread, in steps of at most
  *       FLUSH_STEP_BYTES_MAX until caught up, each reporting progress
  *       → checkpoint timestamp
@@ -19,6 +20,7 @@
  */
 
 import type { Clock } from "../segment/clock.ts";
+import { isAbleTo } from "../segment/mapped_file.ts";
 import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import { FINAL_FLUSH_ATTEMPTS, FLUSH_STEP_BYTES_MAX } from "./constants.ts";
 import type { StoreCheckpoint } from "./store_checkpoint.ts";
@@ -101,9 +103,20 @@ export class FlushRealTimeService {
     this.#loop = this.#run();
   }
 
-  /** Ends the current sleep (a put under `flushCommitLogTimed: false`, a commit, backpressure). */
+  /** Ends the current sleep (a commit, backpressure, a waiter). */
   wakeup(): void {
     this.#wakeup.wake();
+  }
+
+  /**
+   * Tells the flusher the log now ends at `wroteOffset` (a put under
+   * `flushCommitLogTimed: false`): wakes it only when a flush would move
+   * data (`leastPages` whole pages appended since the last flush), not for
+   * every put.
+   */
+  onAppended(wroteOffset: number): void {
+    const { queue, leastPages } = this.#options;
+    if (isAbleTo(queue.flushedWhere, wroteOffset, false, leastPages)) this.#wakeup.wake();
   }
 
   /** Whether a flush failed (the service no longer flushes). */
