@@ -5,7 +5,12 @@
  *   producer, 128 B and 1 KiB bodies;
  * - SYNC_FLUSH with 1, 16, 64 and 256 concurrent producers, 1 KiB bodies
  *   (acks/s, ack latency, mean group-commit size);
- * - the raw baseline: one 1 KiB positional write + fdatasync at a time.
+ * - the raw baselines: one 1 KiB positional write + fdatasync at a time;
+ *   and a hand-made group commit (each of 64 or 256 producers writes its
+ *   record with its own positional write, then waits for the next
+ *   fdatasync, which starts as soon as the previous one returns) into a
+ *   file prepared like a SYNC_FLUSH segment, so a sync row can be read as
+ *   a ratio of the raw group commit of the same run.
  * Every message has TAGS and KEYS and goes to one of 4 queues.
  *
  * Run: `deno run -A bench/commit_log_bench.ts`, `bun bench/commit_log_bench.ts`,
@@ -19,6 +24,7 @@ import fs from "node:fs";
 import os from "node:os";
 import process from "node:process";
 import { performance } from "node:perf_hooks";
+import { setImmediate } from "node:timers";
 import { createPort, runtimeName } from "../src/runtime/mod.ts";
 import type { RuntimePort } from "../src/runtime/port.ts";
 import type { MessageInput } from "../src/record/mod.ts";
@@ -37,11 +43,42 @@ interface Row {
   p50Ms: number;
   p99Ms: number;
   groupCommitMean: number | null;
+  /**
+   * Process CPU time (every thread: user + system, `process.cpuUsage()`)
+   * per message, µs: steadier than wall time on a shared machine.
+   */
+  cpuMicrosPerMessage?: number;
+  /** Heap and RSS samples of the memory scenario, MiB. */
+  memory?: MemorySample[];
+}
+
+/** One sample of the memory scenario. */
+interface MemorySample {
+  /** Messages put when sampled. */
+  messages: number;
+  /** JS objects: V8's heapUsed; on Bun its heap size less ArrayBuffer memory. */
+  heapUsedMiB: number;
+  /** ArrayBuffer memory the heap accounts for (segment mappings included). */
+  externalMiB: number;
+  rssMiB: number;
+}
+
+/** Bun's `bun:jsc` heap statistics, where its heapUsed counts ArrayBuffer memory too. */
+interface JscHeapStats {
+  heapSize: number;
+  extraMemorySize: number;
+}
+let jscHeapStats: (() => JscHeapStats) | undefined;
+if ((globalThis as { Bun?: unknown }).Bun !== undefined) {
+  // Not a string literal: deno check must not resolve it.
+  const specifier = "bun:jsc";
+  jscHeapStats = ((await import(specifier)) as { heapStats(): JscHeapStats }).heapStats;
 }
 
 const argv = process.argv.slice(2);
 const json = argv.includes("--json");
 const filterIndex = argv.indexOf("--filter");
+/** Runs the scenarios whose name contains it, or starts with it after a `^`. */
 const filter = filterIndex >= 0 ? argv[filterIndex + 1] ?? "" : "";
 const scaleIndex = argv.indexOf("--scale");
 const scale = scaleIndex >= 0 ? Number(argv[scaleIndex + 1]) : 1;
@@ -73,12 +110,144 @@ async function withDirectory<T>(body: (directory: string) => Promise<T>): Promis
   }
 }
 
+/** How the ASYNC scenarios' producer puts. */
+interface ProducerShape {
+  /**
+   * Messages per `putMessages` batch (one queue per batch, the next queue
+   * for the next batch); 1 = `putMessage`.
+   *
+   * @default {1}
+   */
+  batchSize?: number;
+  /**
+   * Yield to the event loop (`setImmediate`) every this many puts, as a
+   * producer fed by I/O does, so the flusher and the dispatcher run during
+   * the measurement; 0 = never (they run only once backpressure makes puts
+   * wait, or after the run).
+   *
+   * @default {0}
+   */
+  yieldEvery?: number;
+}
+
+const MIB = 0x10_0000;
+
+/** Forces a full collection where the runtime offers one (Bun; Node, Deno with --expose-gc). */
+function collectGarbage(): boolean {
+  const host = globalThis as { Bun?: { gc(force: boolean): void }; gc?: () => void };
+  if (host.Bun !== undefined) {
+    host.Bun.gc(true);
+    return true;
+  }
+  if (typeof host.gc === "function") {
+    host.gc();
+    return true;
+  }
+  return false;
+}
+
+function memorySample(messages: number): MemorySample {
+  collectGarbage();
+  const usage = process.memoryUsage();
+  if (jscHeapStats !== undefined) {
+    // Bun's heapUsed includes every ArrayBuffer, mapped segments and
+    // consume-queue files too: take the objects alone.
+    const stats = jscHeapStats();
+    return {
+      messages,
+      heapUsedMiB: (stats.heapSize - stats.extraMemorySize) / MIB,
+      externalMiB: stats.extraMemorySize / MIB,
+      rssMiB: usage.rss / MIB,
+    };
+  }
+  return {
+    messages,
+    heapUsedMiB: usage.heapUsed / MIB,
+    externalMiB: usage.external / MIB,
+    rssMiB: usage.rss / MIB,
+  };
+}
+
+/**
+ * Memory, not speed: `count` 128 B ASYNC puts (default 10 M, well past the
+ * dirty-page limit), heap used and RSS sampled before, every 1 M and after
+ * (with a full collection first where the runtime allows one). Flat = the
+ * heap stays within ±32 MiB of the first sample: nothing per message is
+ * retained. The producer yields every 1 000 puts, so flushing and dispatch
+ * run alongside as in a service.
+ */
+async function heapScenario(port: RuntimePort, count: number): Promise<Row> {
+  return await withDirectory(async (directory) => {
+    const store = await MessageStore.open(`${directory}/store`, {
+      port,
+      mappedFileSizeCommitLog: 0x4000_0000,
+      warmMapedFileEnable: true,
+      osPageCacheBusyTimeOutMills: 30_000,
+    });
+    const batch = messages(128);
+    for (let i = 0; i < 20_000; i++) await store.putMessage(batch[i & 3]!);
+    const samples = [memorySample(0)];
+    const report = (sample: MemorySample) => {
+      const line = `heap ${(sample.messages / 1e6).toFixed(0).padStart(3)} M puts: heapUsed ${
+        sample.heapUsedMiB.toFixed(1).padStart(7)
+      } MiB, external ${sample.externalMiB.toFixed(0).padStart(5)} MiB, rss ${
+        sample.rssMiB.toFixed(0).padStart(6)
+      } MiB`;
+      if (json) console.error(line);
+      else console.log(line);
+    };
+    report(samples[0]!);
+    const sampleEvery = 1_000_000;
+    const cpu0 = process.cpuUsage();
+    const start = performance.now();
+    for (let i = 0; i < count; i++) {
+      const r = await store.putMessage(batch[i & 3]!);
+      if (r.status !== "PUT_OK") throw new Error(`put ${i}: ${r.status} ${r.error?.message}`);
+      if ((i + 1) % 1_000 === 0) await new Promise<void>((resolve) => setImmediate(resolve));
+      if ((i + 1) % sampleEvery === 0) {
+        samples.push(memorySample(i + 1));
+        report(samples[samples.length - 1]!);
+      }
+    }
+    const seconds = (performance.now() - start) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    const recordBytes = store.stats().putBytes / store.stats().putCount;
+    await store.close();
+    const after = memorySample(count);
+    samples.push(after);
+    report(after);
+    const heaps = samples.map((sample) => sample.heapUsedMiB);
+    const spreadMiB = Math.max(...heaps) - Math.min(...heaps);
+    const line = `heap spread ${spreadMiB.toFixed(1)} MiB over ${count} puts (${
+      spreadMiB <= 32 ? "flat" : "NOT flat"
+    }: limit ±32 MiB; full collections ${collectGarbage() ? "forced" : "not available"})`;
+    if (json) console.error(line);
+    else console.log(line);
+    return {
+      scenario: `heap async 128 B ${count / 1e6} M`,
+      runtime: runtimeName(),
+      adapter: port.adapter,
+      producers: 1,
+      messages: count,
+      seconds,
+      messagesPerSecond: count / seconds,
+      mbPerSecond: (count * recordBytes) / seconds / 1e6,
+      p50Ms: 0,
+      p99Ms: 0,
+      groupCommitMean: null,
+      cpuMicrosPerMessage: (cpu.user + cpu.system) / count,
+      memory: samples,
+    };
+  });
+}
+
 async function asyncScenario(
   port: RuntimePort,
   name: string,
   bodyBytes: number,
   count: number,
   extra: MessageStoreOptions,
+  shape: ProducerShape = {},
 ): Promise<Row> {
   return await withDirectory(async (directory) => {
     const store = await MessageStore.open(`${directory}/store`, {
@@ -91,39 +260,56 @@ async function asyncScenario(
       ...extra,
     });
     const batch = messages(bodyBytes);
+    const batchSize = shape.batchSize ?? 1;
+    const yieldEvery = shape.yieldEvery ?? 0;
+    const batches = batch.map((message) => Array.from({ length: batchSize }, () => message));
     // Warm-up: JIT and the first segment.
     for (let i = 0; i < 20_000; i++) await store.putMessage(batch[i & 3]!);
-    const sampleEvery = 16;
-    const samples = new Float64Array(Math.ceil(count / sampleEvery));
+    if (batchSize > 1) {
+      for (let i = 0; i < 20_000; i += batchSize) await store.putMessages(batches[i & 3]!);
+    }
+    const puts = Math.ceil(count / batchSize);
+    // The latency of every 16th message put, or of every batch.
+    const sampleEvery = batchSize === 1 ? 16 : 1;
+    const samples = new Float64Array(Math.ceil(puts / sampleEvery));
     let sampled = 0;
+    const put = (i: number) =>
+      batchSize === 1 ? store.putMessage(batch[i & 3]!) : store.putMessages(batches[i & 3]!);
+    const cpu0 = process.cpuUsage();
     const start = performance.now();
-    for (let i = 0; i < count; i++) {
-      if ((i & (sampleEvery - 1)) === 0) {
+    for (let i = 0; i < puts; i++) {
+      if (i % sampleEvery === 0) {
         const t0 = performance.now();
-        const r = await store.putMessage(batch[i & 3]!);
+        const r = await put(i);
         samples[sampled++] = performance.now() - t0;
         if (r.status !== "PUT_OK") throw new Error(`put ${i}: ${r.status} ${r.error?.message}`);
       } else {
-        const r = await store.putMessage(batch[i & 3]!);
+        const r = await put(i);
         if (r.status !== "PUT_OK") throw new Error(`put ${i}: ${r.status} ${r.error?.message}`);
+      }
+      if (yieldEvery > 0 && (i + 1) % yieldEvery === 0) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
       }
     }
     const seconds = (performance.now() - start) / 1000;
+    const cpu = process.cpuUsage(cpu0);
     const recordBytes = store.stats().putBytes / store.stats().putCount;
     await store.close();
     const sorted = samples.subarray(0, sampled).sort();
+    const total = puts * batchSize;
     return {
       scenario: name,
       runtime: runtimeName(),
       adapter: port.adapter,
       producers: 1,
-      messages: count,
+      messages: total,
       seconds,
-      messagesPerSecond: count / seconds,
-      mbPerSecond: (count * recordBytes) / seconds / 1e6,
+      messagesPerSecond: total / seconds,
+      mbPerSecond: (total * recordBytes) / seconds / 1e6,
       p50Ms: percentile(sorted, 0.5),
       p99Ms: percentile(sorted, 0.99),
       groupCommitMean: null,
+      cpuMicrosPerMessage: (cpu.user + cpu.system) / total,
     };
   });
 }
@@ -214,16 +400,123 @@ async function rawScenario(port: RuntimePort, count: number): Promise<Row> {
   });
 }
 
+/**
+ * The raw group commit: `producers` loops, each writing its 1 KiB record
+ * with a positional write and then waiting for a fdatasync that started
+ * after its write returned; one fdatasync in flight at a time, the next
+ * started as soon as it returns, covering every write done by then. The
+ * file is prepared as the store prepares a SYNC_FLUSH segment (allocated,
+ * pre-faulted under MADV_RANDOM and its zeros written through), so both
+ * overwrite written blocks.
+ */
+async function rawGroupScenario(port: RuntimePort, producers: number, count: number): Promise<Row> {
+  return await withDirectory(async (directory) => {
+    const recordBytes = 1024 + 128;
+    const perProducer = Math.ceil(count / producers);
+    const total = perProducer * producers;
+    const usedBytes = (total + 200) * recordBytes;
+    const sizeBytes = 0x1000_0000;
+    const handle = await port.createFile(`${directory}/raw-group`, sizeBytes);
+    if (port.canMap) {
+      const mapping = await handle.map(0, sizeBytes);
+      mapping.advise(0, sizeBytes, "random");
+      const preparedBytes = Math.min(sizeBytes, usedBytes + 0x10_0000);
+      for (let at = 0; at < preparedBytes; at += 0x40_0000) {
+        const length = Math.min(0x40_0000, preparedBytes - at);
+        await mapping.populate(at, length);
+        await mapping.sync(at, length);
+      }
+      mapping.unmap();
+    }
+    const record = new Uint8Array(recordBytes).fill(0x5A);
+    // The fdatasync that the writes done so far wait for (not started yet).
+    let next: { promise: Promise<void>; resolve: () => void } | undefined;
+    let syncing = false;
+    let groups = 0;
+    const startSync = (): void => {
+      const group = next!;
+      next = undefined;
+      syncing = true;
+      groups++;
+      handle.datasync().then(() => {
+        syncing = false;
+        group.resolve();
+        if (next !== undefined) startSync();
+      });
+    };
+    const durable = (): Promise<void> => {
+      if (next !== undefined) return next.promise;
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => resolve = r);
+      next = { promise, resolve };
+      if (!syncing) startSync();
+      return promise;
+    };
+    let position = 0;
+    const write = async (): Promise<void> => {
+      const at = position;
+      position += recordBytes;
+      await handle.write(record, at);
+      await durable();
+    };
+    for (let i = 0; i < 200; i++) await write();
+    const latencies = new Float64Array(total);
+    let index = 0;
+    groups = 0;
+    const start = performance.now();
+    await Promise.all(Array.from({ length: producers }, async () => {
+      for (let i = 0; i < perProducer; i++) {
+        const t0 = performance.now();
+        await write();
+        latencies[index++] = performance.now() - t0;
+      }
+    }));
+    const seconds = (performance.now() - start) / 1000;
+    await handle.close();
+    const sorted = latencies.sort();
+    return {
+      scenario: `raw group commit 1 KiB ${producers}p`,
+      runtime: runtimeName(),
+      adapter: port.adapter,
+      producers,
+      messages: total,
+      seconds,
+      messagesPerSecond: total / seconds,
+      mbPerSecond: (total * recordBytes) / seconds / 1e6,
+      p50Ms: percentile(sorted, 0.5),
+      p99Ms: percentile(sorted, 0.99),
+      groupCommitMean: groups === 0 ? 0 : total / groups,
+    };
+  });
+}
+
 const port = await createPort({ onNotice: (message) => console.error(message) });
 const n = (base: number) => Math.max(1, Math.round(base * scale));
 const scenarios: [string, () => Promise<Row>][] = [
   ["raw write+fdatasync 1 KiB", () => rawScenario(port, n(3_000))],
   ["sync 1 KiB 1p", () => syncScenario(port, 1, n(3_000))],
   ["sync 1 KiB 16p", () => syncScenario(port, 16, n(30_000))],
+  ["raw group commit 1 KiB 64p", () => rawGroupScenario(port, 64, n(100_000))],
   ["sync 1 KiB 64p", () => syncScenario(port, 64, n(100_000))],
+  ["raw group commit 1 KiB 256p", () => rawGroupScenario(port, 256, n(200_000))],
   ["sync 1 KiB 256p", () => syncScenario(port, 256, n(200_000))],
   ["async 128 B 1p", () => asyncScenario(port, "async 128 B 1p", 128, n(1_500_000), {})],
   ["async 1 KiB 1p", () => asyncScenario(port, "async 1 KiB 1p", 1024, n(400_000), {})],
+  [
+    "async batch64 128 B 1p",
+    () => asyncScenario(port, "async batch64 128 B 1p", 128, n(1_500_000), {}, { batchSize: 64 }),
+  ],
+  [
+    "async batch64 1 KiB 1p",
+    () => asyncScenario(port, "async batch64 1 KiB 1p", 1024, n(400_000), {}, { batchSize: 64 }),
+  ],
+  [
+    // The flusher and the dispatcher run during the measurement: p99 is
+    // what flushing does to appends, the rate is what dispatch leaves.
+    "async yielding 1 KiB 1p",
+    () =>
+      asyncScenario(port, "async yielding 1 KiB 1p", 1024, n(400_000), {}, { yieldEvery: 1_000 }),
+  ],
   [
     "async+pool 128 B 1p",
     () =>
@@ -242,9 +535,18 @@ const scenarios: [string, () => Promise<Row>][] = [
   ],
 ];
 
+// Opt-in: run only when a filter names them.
+scenarios.push(["heap async 128 B 10 M", () => heapScenario(port, n(10_000_000))]);
+const OPT_IN_PREFIXES = ["heap "];
+
 const rows: Row[] = [];
 for (const [name, run] of scenarios) {
-  if (filter !== "" && !name.includes(filter)) continue;
+  const selected = filter === ""
+    ? !OPT_IN_PREFIXES.some((prefix) => name.startsWith(prefix))
+    : filter.startsWith("^")
+    ? name.startsWith(filter.slice(1))
+    : name.includes(filter);
+  if (!selected) continue;
   const row = await run();
   rows.push(row);
   if (!json) {
@@ -255,6 +557,10 @@ for (const [name, run] of scenarios) {
         row.p50Ms.toFixed(3).padStart(7)
       } ms  p99 ${row.p99Ms.toFixed(3).padStart(7)} ms${
         row.groupCommitMean === null ? "" : `  group ${row.groupCommitMean.toFixed(1)}`
+      }${
+        row.cpuMicrosPerMessage === undefined
+          ? ""
+          : `  cpu ${row.cpuMicrosPerMessage.toFixed(3)} µs/msg`
       }`,
     );
   }

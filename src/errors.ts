@@ -9,7 +9,19 @@
  * @module
  */
 
-/** Stable codes carried by {@link MqStoreError}. */
+/**
+ * Stable codes carried by {@link MqStoreError}.
+ *
+ * @example Deciding whether to retry
+ * ```ts
+ * import { MqStoreError, type MqStoreErrorCode } from "./errors.ts";
+ *
+ * function retryable(code: MqStoreErrorCode): boolean {
+ *   return code === "OS_PAGECACHE_BUSY" || code === "FLUSH_DISK_TIMEOUT";
+ * }
+ * console.log(retryable(new MqStoreError("LOCKED", "Store /s is locked").code)); // false
+ * ```
+ */
 export type MqStoreErrorCode =
   | "NOT_FOUND"
   | "ALREADY_EXISTS"

@@ -260,6 +260,50 @@ describe("CommitLog put path", () => {
     }
   });
 
+  test("putMessages() takes sysFlag, hosts, reconsumeTimes and bornTimestamp from the first message", async () => {
+    const env = await openMemoryStore();
+    try {
+      env.clock.advance(5);
+      const r = await env.store.putMessages([
+        {
+          topic: "H",
+          queueId: 0,
+          body: body(4, 1),
+          bornHost: "10.0.0.1:1",
+          storeHost: "10.0.0.2:2",
+          reconsumeTimes: 3,
+        },
+        {
+          topic: "H",
+          queueId: 0,
+          body: body(4, 2),
+          // An IPv6 store host of its own would make this record 12 bytes longer.
+          bornHost: "10.9.9.9:9",
+          storeHost: "[::1]:7",
+          reconsumeTimes: 8,
+          bornTimestamp: 42,
+          sysFlag: 0x1,
+        },
+      ]);
+      assert.equal(r.status, "PUT_OK");
+      await env.store.close();
+      const records = await readRecords(env.port, env.directory);
+      assert.equal(records.length, 2);
+      assert.equal(r.appendResult!.wroteBytes, 2 * (91 + 4 + 1));
+      for (const record of records) {
+        assert.equal(record.message.bornHost, "10.0.0.1:1");
+        assert.equal(record.message.storeHost, "10.0.0.2:2");
+        assert.equal(record.message.reconsumeTimes, 3);
+        assert.equal(record.message.sysFlag, 0);
+        // The first has none: the put's start time, as the records' storeTimestamp.
+        assert.equal(record.message.bornTimestamp, 1_700_000_000_005);
+        assert.equal(record.message.storeTimestamp, 1_700_000_000_005);
+      }
+    } finally {
+      await env.store.close();
+    }
+  });
+
   test("putMessages() moves a whole batch to the next segment", async () => {
     const env = await openMemoryStore({ maxMessageSize: SEGMENT_BYTES });
     try {

@@ -32,7 +32,10 @@ export function propertyOf(properties: PropertiesInput, name: string): string | 
   }
   if (properties instanceof Map) return (properties as ReadonlyMap<string, string>).get(name);
   const record = properties as Readonly<Record<string, string>>;
-  return Object.hasOwn(record, name) ? record[name] : undefined;
+  // A property read (inline-cached) answers the usual miss; only a hit
+  // pays for the own-property check (the read also sees the prototypes).
+  const value = record[name];
+  return value !== undefined && Object.hasOwn(record, name) ? value : undefined;
 }
 
 /** Java's `Integer.parseInt`, or undefined where Java throws. */

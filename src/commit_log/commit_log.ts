@@ -17,6 +17,12 @@
  * SYNC_FLUSH:  answer when GroupCommitService made the end offset durable
  * ```
  *
+ * "Answer now" means the result itself ({@link CommitLog.putMessageNow}):
+ * no promise is made or chained inside the store for a put the fast path
+ * answered; the facade wraps the result once. A promise per put costs
+ * about as much as encoding a small record (measured: `bench/`
+ * `commit_log_bench.ts`, rows "async …").
+ *
  * One order: JavaScript runs one thing at a time and the append is
  * synchronous, so records are never interleaved; while anything waits in
  * the slow-path queue every new put queues behind it, so physical and
@@ -61,7 +67,18 @@ import { type QueueCounter, TopicQueueTable } from "./topic_queue_table.ts";
 import { delayLevelOf, propertyOf, rewriteDelay } from "./_delay.ts";
 import { SCAN_WINDOW_BYTES_DEFAULT, scanCommitLog, type ScanResult } from "./_recovery.ts";
 
-/** How the commit log is made durable. */
+/**
+ * How the commit log is made durable: `ASYNC_FLUSH` answers a put once it
+ * is appended, `SYNC_FLUSH` once it is on disk.
+ *
+ * @example
+ * ```ts
+ * import type { FlushDiskType } from "./commit_log.ts";
+ *
+ * const flushDiskType: FlushDiskType = "SYNC_FLUSH";
+ * console.log({ flushDiskType }); // an option of MessageStore.open
+ * ```
+ */
 export type FlushDiskType = "ASYNC_FLUSH" | "SYNC_FLUSH";
 
 /** Settings of a {@link CommitLog}; the store resolves them from its options. */
@@ -118,6 +135,14 @@ export interface CommitLogOptions {
   stats: StoreStats;
   /** Receives warnings (segments skipped by recovery, mlock refusals). */
   onWarning: (message: string) => void;
+  /**
+   * Called when {@link CommitLog.readableOffset} may have moved without a
+   * put (a commit or flush copied write-buffer bytes into the files), so a
+   * reader that follows the log (the dispatcher) wakes.
+   *
+   * @default {undefined}
+   */
+  onReadable?: () => void;
 }
 
 /** A put waiting in the slow path, its records already encoded. */
@@ -133,8 +158,14 @@ interface PendingPut {
   /** Wait for the group commit (SYNC_FLUSH, WAIT not "false"). */
   readonly wait: boolean;
   readonly startMs: number;
-  readonly resolve: (result: PutMessageResult) => void;
+  readonly resolve: (result: PutAnswer) => void;
 }
+
+/**
+ * A put's answer: the result itself when the put is answered in the
+ * caller's turn (the common case: no promise is made for it), or a promise.
+ */
+export type PutAnswer = PutMessageResult | Promise<PutMessageResult>;
 
 /** A waiter of {@link CommitLog.whenFlushed}. */
 interface FlushWaiter {
@@ -306,6 +337,8 @@ export class CommitLog {
       this.#pool = new TransientStorePool({
         fileSizeBytes: this.fileSizeBytes,
         count: options.transientStorePoolSize,
+        // Locked in memory where the runtime allows (allocated at load).
+        port: options.port,
       });
     }
     if (!options.readOnly) {
@@ -342,14 +375,23 @@ export class CommitLog {
    * third-last segment when `clean`, else from the first), rebuilds the
    * topic-queue table, cuts the log at the first invalid record (later
    * segments deleted, stale bytes after the cut zeroed and synced).
+   * `tableFromConsumeQueues` (clean only): the caller rebuilds the table
+   * from consume queues known to cover the log, so the segments before
+   * the verified ones are not read at all (open time and memory then do
+   * not grow with the message count).
    *
    * @returns What the scan found.
    */
-  async loadAndRecover(clean: boolean): Promise<ScanResult> {
+  async loadAndRecover(
+    clean: boolean,
+    options: { tableFromConsumeQueues?: boolean } = {},
+  ): Promise<ScanResult> {
+    await this.#pool?.init();
     await this.queue.load();
     const files = this.queue.files;
     const scan = await scanCommitLog(files, {
       verifyFromIndex: clean ? Math.max(0, files.length - 3) : 0,
+      walkUnverified: !(clean && options.tableFromConsumeQueues === true),
       checkCrc: this.#options.checkCRCOnRecover,
       table: this.topicQueueTable,
       findDirtyTail: !clean,
@@ -424,8 +466,18 @@ export class CommitLog {
         thoroughIntervalMs: options.commitCommitLogThoroughInterval,
         stats: this.#stats,
         onCommitted: () => {
-          flusher.wakeup();
+          // As RocketMQ's: a timed flusher (flushCommitLogTimed) sleeps its
+          // interval whatever the committer does, unless someone waits for
+          // a flush. Woken by every commit, it ran a fdatasync per
+          // commitCommitLogLeastPages (16 KiB) of puts.
+          if (
+            !options.flushCommitLogTimed || this.#flushWaiters.length > 0 ||
+            this.#progressWaiters.length > 0
+          ) {
+            flusher.wakeup();
+          }
           this.#wakeProgress();
+          this.#options.onReadable?.();
         },
         onError: (error) => this.#fail(error, "commit"),
       });
@@ -480,6 +532,28 @@ export class CommitLog {
     return this.queue.maxWrotePosition;
   }
 
+  /**
+   * Offset up to which readers may see records (SPEC §5 read position):
+   * the appended end where appends go into the mapping, but only what a
+   * commit (or a flush, without mmap) copied into the files where they go
+   * into a write buffer. Walks from the flushed offset, which is always
+   * readable, across segments read to their end (one or two).
+   */
+  get readableOffset(): number {
+    const queue = this.queue;
+    const first = queue.firstFile;
+    if (first === undefined) return queue.flushedWhere;
+    let where = Math.max(queue.flushedWhere, first.fileFromOffset);
+    let file = queue.findMappedFileByOffset(where);
+    while (file !== undefined) {
+      const position = file.readPosition;
+      where = Math.max(where, file.fileFromOffset + position);
+      if (position < file.fileSizeBytes) break;
+      file = queue.findMappedFileByOffset(file.fileFromOffset + file.fileSizeBytes);
+    }
+    return where;
+  }
+
   /** Offset of the oldest byte kept. */
   get minOffset(): number {
     return Math.max(0, this.queue.minOffset);
@@ -515,10 +589,27 @@ export class CommitLog {
    */
   putMessage(message: MessageInput): Promise<PutMessageResult> {
     try {
-      return this.#put(message);
+      const answer = this.#put(message);
+      return answer instanceof Promise ? answer : Promise.resolve(answer);
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /**
+   * {@link putMessage} for callers that take the answer synchronously when
+   * there is one: an uncontended ASYNC_FLUSH put (and any refused put) is
+   * answered in the caller's turn, without a promise.
+   *
+   * @throws {TypeError} For a wrong argument type.
+   */
+  putMessageNow(message: MessageInput): PutAnswer {
+    return this.#put(message);
+  }
+
+  /** {@link putMessages}, answered synchronously when it can be (see {@link putMessageNow}). */
+  putMessagesNow(messages: readonly MessageInput[]): PutAnswer {
+    return this.#putBatch(messages);
   }
 
   /**
@@ -529,7 +620,8 @@ export class CommitLog {
    */
   putMessages(messages: readonly MessageInput[]): Promise<PutMessageResult> {
     try {
-      return this.#putBatch(messages);
+      const answer = this.#putBatch(messages);
+      return answer instanceof Promise ? answer : Promise.resolve(answer);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -577,7 +669,7 @@ export class CommitLog {
     this.#wakeProgress();
     await attempt(() => this.#allocator?.close());
     await attempt(() => this.queue.close({ waitMs: 0 }));
-    this.#pool?.close();
+    await attempt(() => this.#pool?.close());
     if (error !== undefined) throw error;
   }
 
@@ -613,15 +705,14 @@ export class CommitLog {
   #backlogged(): boolean {
     const queue = this.queue;
     const wrote = queue.maxWrotePosition;
-    if (wrote - queue.flushedWhere > this.#options.unflushedBytesMax) return true;
-    // Each segment with uncommitted bytes holds a pool buffer: leave one
-    // for the segment allocated ahead.
-    const pool = this.#pool;
-    return pool !== undefined &&
-      wrote - queue.committedWhere > (pool.count - 2) * this.fileSizeBytes;
+    // A lagging committer needs no bound of its own: each segment with
+    // uncommitted bytes holds a pool buffer, so the writer waits at the
+    // roll that finds none (POOL_EXHAUSTED). A bound in bytes here made
+    // every put wait for a commit under a pool of two buffers.
+    return wrote - queue.flushedWhere > this.#options.unflushedBytesMax;
   }
 
-  #put(message: MessageInput): Promise<PutMessageResult> {
+  #put(message: MessageInput): PutAnswer {
     if (typeof message !== "object" || message === null) {
       throw new TypeError(`A message must be an object, not ${typeName(message)}`);
     }
@@ -693,7 +784,7 @@ export class CommitLog {
     );
   }
 
-  #putBatch(messages: readonly MessageInput[]): Promise<PutMessageResult> {
+  #putBatch(messages: readonly MessageInput[]): PutAnswer {
     if (!Array.isArray(messages)) {
       throw new TypeError(`A batch must be an array of messages, not ${typeName(messages)}`);
     }
@@ -713,26 +804,12 @@ export class CommitLog {
         new MqStoreError("MESSAGE_ILLEGAL", "A batch must hold at least one message"),
       );
     }
-    const shared = {
-      sysFlag: first.sysFlag,
-      bornTimestamp: first.bornTimestamp ?? startMs,
-      bornHost: first.bornHost,
-      storeHost: first.storeHost,
-      reconsumeTimes: first.reconsumeTimes,
-    };
     let wait = this.#sync;
     let position = 0;
     for (let i = 0; i < messages.length; i++) {
-      let message = messages[i]!;
+      const message = messages[i]!;
       const illegal = this.#checkBatchMember(message, first, i);
       if (illegal !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", illegal);
-      if (
-        message.sysFlag !== shared.sysFlag || message.bornTimestamp !== shared.bornTimestamp ||
-        message.bornHost !== shared.bornHost || message.storeHost !== shared.storeHost ||
-        message.reconsumeTimes !== shared.reconsumeTimes
-      ) {
-        message = { ...message, ...shared };
-      }
       const properties = message.properties;
       if (
         wait && properties !== undefined && properties !== null &&
@@ -740,7 +817,11 @@ export class CommitLog {
       ) {
         wait = false;
       }
-      const size = this.#encoder.encode(message, this.#scratch, position);
+      // The first message's sysFlag, bornTimestamp (the put's start when it
+      // has none), hosts and reconsumeTimes are every record's: read from
+      // it, not from a merged copy of each message (a spread per message
+      // cost Node more than the encoding).
+      const size = this.#encoder.encode(message, this.#scratch, position, first);
       if (typeof size !== "number") {
         return this.#answerFailure(
           statusOf(size),
@@ -826,7 +907,7 @@ export class CommitLog {
     storeHost: string | undefined,
     wait: boolean,
     startMs: number,
-  ): Promise<PutMessageResult> {
+  ): PutAnswer {
     if (
       this.#pendingHead === this.#pending.length && this.#warming === undefined &&
       !this.#backlogged()
@@ -957,7 +1038,7 @@ export class CommitLog {
     storeHost: string | undefined,
     wait: boolean,
     startMs: number,
-  ): Promise<PutMessageResult> {
+  ): PutAnswer {
     const size = this.#curSize;
     const count = this.#curCount;
     const offset = this.#lastAppendOffset;
@@ -979,9 +1060,9 @@ export class CommitLog {
       if (wait) return groupCommit.request(end, result, startMs);
       groupCommit.wakeup();
     } else if (this.#committer !== undefined) {
-      this.#committer.wakeup();
+      this.#committer.onAppended(end);
     } else if (!this.#options.flushCommitLogTimed) {
-      this.#flusher!.wakeup();
+      this.#flusher!.onAppended(end);
     }
     if (end - this.queue.flushedWhere > this.#options.unflushedBytesMax / 2) {
       this.#flusher?.wakeup();
@@ -989,15 +1070,12 @@ export class CommitLog {
     // A put appended in the caller's own turn took under a millisecond
     // (it never awaited): no second clock read on the hot path.
     this.#stats.recordPutLatency(startMs === this.#curNowMs ? 0 : this.#clock.nowMs() - startMs);
-    return Promise.resolve(result);
+    return result;
   }
 
-  #answerFailure(
-    status: PutMessageResult["status"],
-    error: MqStoreError,
-  ): Promise<PutMessageResult> {
+  #answerFailure(status: PutMessageResult["status"], error: MqStoreError): PutMessageResult {
     this.#stats.recordFailure(status);
-    return Promise.resolve(failed(status, error));
+    return failed(status, error);
   }
 
   /** The BLANK callback: 8 bytes, the rest of the segment counted as written. */
@@ -1095,6 +1173,20 @@ export class CommitLog {
             // Every pool buffer holds uncommitted bytes: wait for the committer.
             this.#committer?.wakeup();
             if (await this.#waitForProgress(put.startMs)) continue;
+            this.#shiftPending();
+            this.#stats.recordFailure("OS_PAGECACHE_BUSY");
+            put.resolve(failed(
+              "OS_PAGECACHE_BUSY",
+              new MqStoreError(
+                "OS_PAGECACHE_BUSY",
+                `The put waited ${
+                  this.#clock.nowMs() - put.startMs
+                } ms, past osPageCacheBusyTimeOutMills ${this.#options.osPageCacheBusyTimeOutMills} ms, for a write buffer: all ${this.#pool?.count} hold bytes the committer has not copied (${
+                  this.queue.maxWrotePosition - this.queue.committedWhere
+                } bytes)`,
+              ),
+            ));
+            continue;
           }
           this.#shiftPending();
           this.#stats.recordFailure("CREATE_MAPEDFILE_FAILED");
@@ -1138,7 +1230,7 @@ export class CommitLog {
         this.#clock.nowMs(),
       );
       this.#shiftPending();
-      this.#afterAppend(put.storeHost, put.wait, put.startMs).then(put.resolve);
+      put.resolve(this.#afterAppend(put.storeHost, put.wait, put.startMs));
     }
   }
 
@@ -1184,6 +1276,8 @@ export class CommitLog {
 
   #onFlushed(flushedWhere: number): void {
     this.#wakeProgress();
+    // Without mmap a flush is also what copies the write buffer into the file.
+    this.#options.onReadable?.();
     const waiters = this.#flushWaiters;
     if (waiters.length === 0) return;
     const still: FlushWaiter[] = [];

@@ -10,7 +10,21 @@
 import type { MqStoreError } from "../errors.ts";
 import { offsetMsgIdOf, parseHostAddress } from "../record/mod.ts";
 
-/** The outcome of a put, RocketMQ's `PutMessageStatus`. */
+/**
+ * The outcome of a put, RocketMQ's `PutMessageStatus`.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { MessageStore } from "../store/message_store.ts";
+ *
+ * const store = await MessageStore.open("/store", { port: new MemoryPort("node") });
+ * const body = new Uint8Array(1);
+ * const result = await store.putMessage({ topic: "bad topic", queueId: 0, body });
+ * if (result.status !== "PUT_OK") console.log(result.status, result.error?.message);
+ * await store.close();
+ * ```
+ */
 export type PutMessageStatus =
   | "PUT_OK"
   | "FLUSH_DISK_TIMEOUT"
@@ -23,7 +37,18 @@ export type PutMessageStatus =
   | "OS_PAGECACHE_BUSY"
   | "UNKNOWN_ERROR";
 
-/** The outcome of placing records in a segment, RocketMQ's `AppendMessageStatus`. */
+/**
+ * The outcome of placing records in a segment, RocketMQ's `AppendMessageStatus`.
+ *
+ * @example
+ * ```ts
+ * import { AppendMessageResult, type AppendMessageStatus } from "./put_message_result.ts";
+ *
+ * const result = new AppendMessageResult(0, 95, 1700000000000, 0, 1, "127.0.0.1:10911");
+ * const status: AppendMessageStatus = result.status;
+ * console.log(status); // "PUT_OK"
+ * ```
+ */
 export type AppendMessageStatus =
   | "PUT_OK"
   | "END_OF_FILE"
@@ -63,6 +88,8 @@ export class AppendMessageResult {
   #msgId: string | undefined;
 
   /**
+   * Describes an append that succeeded; the commit log builds it.
+   *
    * @param wroteOffset Offset of the first record.
    * @param wroteBytes Bytes written.
    * @param storeTimestamp Store timestamp, ms.
@@ -122,7 +149,24 @@ export class AppendMessageResult {
   }
 }
 
-/** What `putMessage` and `putMessages` resolve with. */
+/**
+ * What `putMessage` and `putMessages` resolve with.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { MessageStore } from "../store/message_store.ts";
+ *
+ * const store = await MessageStore.open("/store", { port: new MemoryPort("node") });
+ * const result = await store.putMessage({ topic: "Orders", queueId: 0, body: new Uint8Array(1) });
+ * if (result.status === "PUT_OK") {
+ *   console.log(result.appendResult?.wroteOffset, result.appendResult?.msgId);
+ * } else {
+ *   console.error(result.error);
+ * }
+ * await store.close();
+ * ```
+ */
 export interface PutMessageResult {
   /** The outcome. */
   status: PutMessageStatus;

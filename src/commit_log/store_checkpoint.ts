@@ -74,11 +74,11 @@ export class StoreCheckpoint {
   /** Store timestamp of the last record in durable index files, ms. */
   indexMsgTimestamp = 0;
   /** Flushed commit-log offset; -1 when unknown (no valid mqstore block). */
-  commitLogOffset = -1;
+  commitLogOffset: number = -1;
   /** Commit-log offset covered by durable consume queues; -1 when unknown. */
-  consumeQueueOffset = -1;
+  consumeQueueOffset: number = -1;
   /** Commit-log offset covered by durable index files; -1 when unknown. */
-  indexOffset = -1;
+  indexOffset: number = -1;
   #port: RuntimePort;
   /** The file image, reused by every flush. */
   #bytes = new Uint8Array(CHECKPOINT_SIZE_BYTES);

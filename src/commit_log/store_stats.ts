@@ -10,7 +10,21 @@
 
 import { PUT_LATENCY_BUCKET_LABELS, PUT_LATENCY_BUCKET_LIMITS_MS } from "./constants.ts";
 
-/** Put counters of one topic. */
+/**
+ * Put counters of one topic.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { MessageStore } from "../store/message_store.ts";
+ *
+ * const store = await MessageStore.open("/store", { port: new MemoryPort("node") });
+ * await store.putMessage({ topic: "Orders", queueId: 0, body: new Uint8Array(1) });
+ * const orders = store.stats().topics["Orders"];
+ * console.log(orders?.putCount, orders?.putBytes); // 1 and the record's size
+ * await store.close();
+ * ```
+ */
 export interface TopicPutStats {
   /** Messages stored. */
   putCount: number;
@@ -18,7 +32,21 @@ export interface TopicPutStats {
   putBytes: number;
 }
 
-/** A snapshot of {@link StoreStats}. */
+/**
+ * A snapshot of {@link StoreStats}.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { MessageStore } from "../store/message_store.ts";
+ *
+ * const store = await MessageStore.open("/store", { port: new MemoryPort("node") });
+ * await store.putMessage({ topic: "Orders", queueId: 0, body: new Uint8Array(1) });
+ * const stats = store.stats();
+ * console.log(stats.putCount, stats.flushCount, stats.putLatency);
+ * await store.close();
+ * ```
+ */
 export interface StoreStatsSnapshot {
   /** Messages stored, every topic. */
   putCount: number;

@@ -9,6 +9,13 @@
  * @module
  */
 
+/**
+ * Queue ids below this are also kept in an array per topic: producers
+ * spread messages over a few queues of one topic (RocketMQ's default is 4
+ * or 8 queues), and an array index costs less than a `Map` lookup.
+ */
+const DENSE_QUEUE_IDS = 0x40;
+
 /** One queue's next offset; mutated in place by the put path. */
 export interface QueueCounter {
   /** Queue offset the next message of this queue gets. */
@@ -30,27 +37,44 @@ export interface QueueCounter {
  */
 export class TopicQueueTable {
   #topics = new Map<string, Map<number, QueueCounter>>();
+  /** Per topic, the counters of queue ids below {@link DENSE_QUEUE_IDS} (holes until used). */
+  #dense = new Map<string, (QueueCounter | undefined)[]>();
+  /** The topic of the last lookup, and its queues: producers mostly repeat the topic. */
   #lastTopic = "";
-  #lastQueueId = -1;
-  #lastCounter: QueueCounter | undefined;
+  #lastQueues: Map<number, QueueCounter> | undefined;
+  #lastDense: (QueueCounter | undefined)[] = [];
 
   /** The counter of a queue, created at 0 if new. */
   counter(topic: string, queueId: number): QueueCounter {
-    if (topic === this.#lastTopic && queueId === this.#lastQueueId) return this.#lastCounter!;
-    let queues = this.#topics.get(topic);
-    if (queues === undefined) {
-      queues = new Map();
-      this.#topics.set(topic, queues);
+    if (topic !== this.#lastTopic || this.#lastQueues === undefined) this.#selectTopic(topic);
+    if (queueId < DENSE_QUEUE_IDS) {
+      const counter = this.#lastDense[queueId];
+      if (counter !== undefined) return counter;
     }
+    const queues = this.#lastQueues!;
     let counter = queues.get(queueId);
     if (counter === undefined) {
       counter = { next: 0 };
       queues.set(queueId, counter);
     }
-    this.#lastTopic = topic;
-    this.#lastQueueId = queueId;
-    this.#lastCounter = counter;
+    if (queueId < DENSE_QUEUE_IDS) this.#lastDense[queueId] = counter;
     return counter;
+  }
+
+  #selectTopic(topic: string): void {
+    let queues = this.#topics.get(topic);
+    if (queues === undefined) {
+      queues = new Map();
+      this.#topics.set(topic, queues);
+    }
+    let dense = this.#dense.get(topic);
+    if (dense === undefined) {
+      dense = [];
+      this.#dense.set(topic, dense);
+    }
+    this.#lastTopic = topic;
+    this.#lastQueues = queues;
+    this.#lastDense = dense;
   }
 
   /** The next queue offset of a queue, or undefined for a queue never written. */
@@ -68,8 +92,9 @@ export class TopicQueueTable {
   /** Forgets every queue. */
   clear(): void {
     this.#topics.clear();
+    this.#dense.clear();
     this.#lastTopic = "";
-    this.#lastQueueId = -1;
-    this.#lastCounter = undefined;
+    this.#lastQueues = undefined;
+    this.#lastDense = [];
   }
 }

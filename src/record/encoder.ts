@@ -151,14 +151,22 @@ export class MessageEncoder {
    * @param message The message.
    * @param bytes The destination.
    * @param position First byte to write.
+   * @param header Where sysFlag, bornTimestamp, the hosts and
+   * reconsumeTimes come from: the message, or the first message of the
+   * batch it belongs to (a batch's records share them, SPEC §3).
    * @returns The record size in bytes, or the validation error.
    * @throws {TypeError} For wrong argument types.
    * @throws {RangeError} When the record does not fit in `bytes` (nothing is
    * written).
    */
-  encode(message: MessageInput, bytes: Uint8Array, position: number): number | MqStoreError {
+  encode(
+    message: MessageInput,
+    bytes: Uint8Array,
+    position: number,
+    header: MessageInput = message,
+  ): number | MqStoreError {
     const layout = this.#layout;
-    const error = checkMessage(message, this.#options, layout);
+    const error = checkMessage(message, this.#options, layout, header);
     if (error !== undefined) return error;
     const size = layout.recordSize;
     if (!(Number.isSafeInteger(position) && position >= 0 && position + size <= bytes.length)) {
@@ -181,13 +189,13 @@ export class MessageEncoder {
     d.setInt32(p + PHYSICAL_OFFSET_POSITION, 0);
     d.setInt32(p + PHYSICAL_OFFSET_POSITION + 4, 0);
     d.setInt32(p + SYS_FLAG_POSITION, layout.sysFlag);
-    setInt64(d, p + BORN_TIMESTAMP_POSITION, message.bornTimestamp ?? this.#now());
+    setInt64(d, p + BORN_TIMESTAMP_POSITION, header.bornTimestamp ?? this.#now());
     let q = writeHost(bytes, d, p + BORN_HOST_POSITION, layout.bornHost);
     // storeTimestamp: 0 until patchRecord().
     d.setInt32(q, 0);
     d.setInt32(q + 4, 0);
     q = writeHost(bytes, d, q + 8, layout.storeHost);
-    d.setInt32(q, message.reconsumeTimes ?? 0);
+    d.setInt32(q, header.reconsumeTimes ?? 0);
     setInt64(d, q + 4, message.preparedTransactionOffset ?? 0);
     d.setInt32(q + 12, bodyBytes);
     q += 16;

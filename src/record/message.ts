@@ -10,6 +10,19 @@ import type { PropertiesInput } from "./properties.ts";
 /**
  * A message to store (SPEC §10). The store assigns queueOffset,
  * physicalOffset and storeTimestamp when it appends.
+ *
+ * @example
+ * ```ts
+ * import type { MessageInput } from "./message.ts";
+ *
+ * const message: MessageInput = {
+ *   topic: "Orders",
+ *   queueId: 0,
+ *   body: new TextEncoder().encode(JSON.stringify({ id: 1 })),
+ *   properties: { TAGS: "created", KEYS: "order-1" },
+ * };
+ * console.log(message.body.length); // 8
+ * ```
  */
 export interface MessageInput {
   /** Topic: `^[%|a-zA-Z0-9_-]+$`, 1–127 characters. */

@@ -234,6 +234,9 @@ function storeHostOf(text: unknown, fallback: HostAddress): HostAddress | MqStor
  * @param message The message.
  * @param options Resolved options.
  * @param layout Filled when the message is valid.
+ * @param header Where sysFlag, reconsumeTimes, bornTimestamp and the hosts
+ * come from: the message itself, or the first message of a batch (whose
+ * records share them), so a batch needs no merged copy of each message.
  * @returns `undefined` when valid, else the error.
  * @throws {TypeError} For wrong argument types.
  */
@@ -241,6 +244,7 @@ export function checkMessage(
   message: MessageInput,
   options: ResolvedValidateOptions,
   layout: MessageLayout,
+  header: MessageInput = message,
 ): MqStoreError | undefined {
   if (typeof message !== "object" || message === null) {
     throw new TypeError(`A message must be an object, not ${typeName(message)}`);
@@ -252,8 +256,9 @@ export function checkMessage(
   // Fast path: a cached topic and int32 fields need no call; anything else
   // goes through the checks that build the error.
   const flag = message.flag;
-  const sysFlag = message.sysFlag;
-  const reconsumeTimes = message.reconsumeTimes;
+  const sysFlag = header.sysFlag;
+  const reconsumeTimes = header.reconsumeTimes;
+  const bornTimestamp = header.bornTimestamp;
   const queueId = message.queueId;
   const topic = message.topic;
   const common = typeof topic === "string" && topic === lastValidTopic && isInt32(queueId) &&
@@ -261,7 +266,7 @@ export function checkMessage(
     (flag === undefined || isInt32(flag)) &&
     (sysFlag === undefined || isInt32(sysFlag)) &&
     (reconsumeTimes === undefined || isInt32(reconsumeTimes)) &&
-    (message.bornTimestamp === undefined || Number.isSafeInteger(message.bornTimestamp)) &&
+    (bornTimestamp === undefined || Number.isSafeInteger(bornTimestamp)) &&
     (message.preparedTransactionOffset === undefined ||
       Number.isSafeInteger(message.preparedTransactionOffset));
   if (!common) {
@@ -270,7 +275,7 @@ export function checkMessage(
       checkInt32("flag", flag) ??
       checkInt32("sysFlag", sysFlag) ??
       checkInt32("reconsumeTimes", reconsumeTimes) ??
-      checkInt64("bornTimestamp", message.bornTimestamp) ??
+      checkInt64("bornTimestamp", bornTimestamp) ??
       checkInt64("preparedTransactionOffset", message.preparedTransactionOffset);
     if (error !== undefined) return error;
   }
@@ -280,9 +285,9 @@ export function checkMessage(
     return illegal(`Body is ${body.length} bytes, maxMessageSize is ${max} bytes`);
   }
 
-  const born = bornHostOf(message.bornHost, options.defaultBornHost);
+  const born = bornHostOf(header.bornHost, options.defaultBornHost);
   if (born instanceof MqStoreError) return born;
-  const store = storeHostOf(message.storeHost, options.defaultStoreHost);
+  const store = storeHostOf(header.storeHost, options.defaultStoreHost);
   if (store instanceof MqStoreError) return store;
 
   const tail = layout.tail;
@@ -317,7 +322,7 @@ export function checkMessage(
   tail.setTopic(topic);
   layout.bornHost = born;
   layout.storeHost = store;
-  layout.sysFlag = ((message.sysFlag ?? 0) & ~SYS_FLAG_HOSTS_V6_MASK) |
+  layout.sysFlag = ((sysFlag ?? 0) & ~SYS_FLAG_HOSTS_V6_MASK) |
     (bornV6 ? SYS_FLAG_BORN_HOST_V6 : 0) | (storeV6 ? SYS_FLAG_STORE_HOST_V6 : 0);
   layout.recordSize = recordSize;
   return undefined;
