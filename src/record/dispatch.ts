@@ -20,6 +20,7 @@ import {
   TRANSACTION_COMMIT_TYPE,
   TRANSACTION_NOT_TYPE,
   TRANSACTION_PREPARED_TYPE,
+  TRANSACTION_ROLLBACK_TYPE,
 } from "./constants.ts";
 import { tagsCodeOf } from "./hash_code.ts";
 
@@ -103,7 +104,34 @@ export function dispatchTagsCode(
 ): number {
   const tagsCode = tagsCodeOf(properties.get(PROPERTY_TAGS));
   if (topic !== SCHEDULE_TOPIC) return tagsCode;
-  const delay = properties.get(PROPERTY_DELAY);
+  return scheduleTagsCode(tagsCode, properties.get(PROPERTY_DELAY), storeTimestamp, delayLevelsMs);
+}
+
+/**
+ * The schedule topic's part of {@link dispatchTagsCode}, shared with the
+ * dispatcher's lean decode (`DispatchView`): the delivery time for a DELAY
+ * level L > 0, else `tagsCode` unchanged.
+ *
+ * @example
+ * ```ts
+ * import { scheduleTagsCode } from "./dispatch.ts";
+ *
+ * scheduleTagsCode(0, "3", 1795954493785); // 1795954503785
+ * scheduleTagsCode(42, undefined, 1795954493785); // 42
+ * ```
+ *
+ * @param tagsCode The TAGS hash (kept when there is no valid level).
+ * @param delay The DELAY property, if any.
+ * @param storeTimestamp The record's storeTimestamp.
+ * @param delayLevelsMs Delay of each level, in ms (level L at index L-1).
+ * @returns The tagsCode.
+ */
+export function scheduleTagsCode(
+  tagsCode: number,
+  delay: string | undefined,
+  storeTimestamp: number,
+  delayLevelsMs: readonly number[] = DELAY_LEVELS_DEFAULT_MS,
+): number {
   if (delay === undefined) return tagsCode;
   const parsed = parseJavaInt(delay);
   if (parsed === undefined) return tagsCode;
@@ -131,13 +159,22 @@ export function dispatchTagsCode(
  * @returns The keys, without the `topic#` prefix.
  */
 export function indexKeysOf(sysFlag: number, properties: ReadonlyMap<string, string>): string[] {
-  if (transactionTypeOf(sysFlag) === "ROLLBACK") return [];
+  if ((sysFlag & SYS_FLAG_TRANSACTION_MASK) === TRANSACTION_ROLLBACK_TYPE) return [];
   const keys: string[] = [];
   const uniqKey = properties.get(PROPERTY_UNIQ_KEY);
   if (uniqKey !== undefined) keys.push(uniqKey);
   const keysProperty = properties.get(PROPERTY_KEYS);
   if (keysProperty !== undefined) {
-    for (const key of keysProperty.split(" ")) if (key.length > 0) keys.push(key);
+    // Tokens between single spaces, without split()'s array of empty ones:
+    // the dispatcher asks this for every record.
+    let from = 0;
+    for (;;) {
+      const space = keysProperty.indexOf(" ", from);
+      const to = space < 0 ? keysProperty.length : space;
+      if (to > from) keys.push(keysProperty.slice(from, to));
+      if (space < 0) break;
+      from = space + 1;
+    }
   }
   return keys;
 }

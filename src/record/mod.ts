@@ -43,9 +43,12 @@ export {
   dispatchTagsCode,
   hasConsumeQueueEntry,
   indexKeysOf,
+  scheduleTagsCode,
   transactionTypeOf,
 } from "./dispatch.ts";
 export type { TransactionType } from "./dispatch.ts";
+export { DispatchView } from "./dispatch_view.ts";
+export type { DispatchViewOptions } from "./dispatch_view.ts";
 export {
   encodeMessage,
   MessageEncoder,

@@ -6,30 +6,39 @@
  * ```
  * commit log  ─┬─ MESSAGE ─► putUnit(topic/queueId) ─► buildIndex(keys)
  *              ├─ BLANK   ─► next segment
- *              └─ limit   ─► wait for wakeup()
- *     dispatchedOffset ▲          limit(): flushed (SYNC_FLUSH) or appended (ASYNC_FLUSH)
+ *              ├─ cut     ─► (a record past the limit) stop, go on next time
+ *              └─ limit   ─► wait for wakeup() / dispatchNow()
+ *     dispatchedOffset ▲          limit(): flushed (SYNC_FLUSH) or readable (ASYNC_FLUSH)
  * ```
  *
  * The limit is a function the store gives: under SYNC_FLUSH it is the
  * flushed offset, so no consumer ever sees a message a crash could take
- * back; under ASYNC_FLUSH it is the appended offset. Dispatch is strictly
- * sequential (one record at a time, awaited), so units and index keys go
- * in commit-log order. Re-dispatching a record is harmless: the consume
- * queue skips a unit it has, and records at or below `indexSkipThrough`
- * are not indexed again.
+ * back; under ASYNC_FLUSH it is the readable offset. Dispatch is strictly
+ * sequential, so units and index keys go in commit-log order.
+ *
+ * Two ways forward, never at the same time:
+ * - {@link Dispatcher.dispatchNow}, called by the put path: a bounded
+ *   slice of records dispatched synchronously, as long as none needs I/O
+ *   (a new consume queue or file, a new index file, a port that cannot
+ *   map). A producer that never yields to the event loop (a tight
+ *   `await put()` loop) keeps the dispatcher in step that way: a
+ *   background loop would only get a share of the microtask queue, and
+ *   nothing at all of I/O completions.
+ * - the background loop (and {@link Dispatcher.dispatchUpTo}), which does
+ *   everything the synchronous slice leaves, awaiting the I/O.
+ *
+ * Re-dispatching a record is harmless: the consume queue skips a unit it
+ * has, and records at or below `indexSkipThrough` are not indexed again.
+ * A record that the range read ends in the middle of (the limit is a
+ * recovery step, or the read window) is not an error: dispatch stops
+ * before it and goes on from it next time.
  *
  * @module
  */
 
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
-import {
-  decodeMessageView,
-  dispatchTagsCode,
-  hasConsumeQueueEntry,
-  indexKeysOf,
-  RecordChecker,
-} from "../record/mod.ts";
+import { DispatchView, hasConsumeQueueEntry, RecordChecker } from "../record/mod.ts";
 import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import type { ConsumeQueueTable } from "./consume_queue_table.ts";
 import type { IndexService } from "./index_service.ts";
@@ -67,6 +76,45 @@ export interface DispatcherOptions {
 }
 
 /**
+ * Records one {@link Dispatcher.dispatchNow} call dispatches at most: a
+ * put pays for at most this many (a few µs each), and a dispatcher that
+ * fell behind (it waited for a new file) catches up this many times
+ * faster than puts arrive.
+ */
+const SLICE_RECORDS_MAX = 0x40;
+/** A BLANK record's header: int32 size, int32 magic. */
+const BLANK_HEADER_BYTES = 8;
+const BLANK_MAGIC = 0xCBD4_3194;
+
+/** Why {@link Dispatcher.#walk} stopped. */
+const WALK_RANGE_END = 0;
+/** A BLANK: the dispatched offset moved to the next segment. */
+const WALK_SEGMENT_END = 1;
+/** A record goes past the end of the bytes read (see {@link Dispatcher.#cutClaimBytes}). */
+const WALK_CUT = 2;
+/** A record needs I/O (see {@link Dispatcher.#pending}). */
+const WALK_IO = 3;
+/** The record budget is spent. */
+const WALK_BUDGET = 4;
+
+/**
+ * What the dispatch of one record needs, copied out of the reused
+ * {@link DispatchView} while its I/O runs.
+ */
+interface PendingRecord {
+  offset: number;
+  size: number;
+  topic: string;
+  queueId: number;
+  queueOffset: number;
+  sysFlag: number;
+  storeTimestamp: number;
+  tagsCode: number;
+  /** Java hashes of its `topic#key`s (empty when not indexed). */
+  keyHashes: Int32Array;
+}
+
+/**
  * Follows the commit log into the consume queues and the index.
  *
  * @example
@@ -74,7 +122,7 @@ export interface DispatcherOptions {
  * const dispatcher = new Dispatcher({ commitLog: queue, limit: () => queue.flushedWhere, ... });
  * await dispatcher.dispatchUpTo(queue.flushedWhere); // recovery: re-dispatch
  * dispatcher.start();
- * dispatcher.wakeup(); // after every put
+ * dispatcher.dispatchNow(); // after every put
  * await dispatcher.close();
  * ```
  */
@@ -87,7 +135,10 @@ export class Dispatcher {
   /** Incremented after each run that dispatched something (subscriber wakeups). */
   #sequence = 0;
   #indexSkipThrough: number;
+  /** Says what a record the lean decode refused is (BLANK, cut, corrupt). */
   #checker = new RecordChecker({ checkCrc: false });
+  /** The lean decode of each message dispatched. */
+  #view: DispatchView;
   /** The run loop, while started. */
   #loop: Promise<void> | undefined;
   /** A dispatch in progress (recovery or the loop): one at a time. */
@@ -96,13 +147,21 @@ export class Dispatcher {
   #woken = false;
   #closed = false;
   #failure: MqStoreError | undefined;
+  /** The record {@link Dispatcher.#walk} stopped at with {@link WALK_IO}. */
+  #pending: PendingRecord | undefined;
+  /** Bytes the record {@link Dispatcher.#walk} stopped at with {@link WALK_CUT} claims. */
+  #cutClaimBytes = 0;
+  /** Records (and BLANKs) the last {@link Dispatcher.#walk} dispatched. */
+  #walkedRecords = 0;
 
   /** @param options The commit log, its limit, the queues and the index. */
   constructor(options: DispatcherOptions) {
     assert(Number.isSafeInteger(options.fromOffset) && options.fromOffset >= 0, "fromOffset");
+    assert(options.windowBytes >= BLANK_HEADER_BYTES, "windowBytes");
     this.#options = options;
     this.#dispatched = options.fromOffset;
     this.#indexSkipThrough = options.indexSkipThrough ?? -1;
+    this.#view = new DispatchView({ delayLevelsMs: options.delayLevelsMs });
   }
 
   /** Offset of the next record to dispatch: everything before it is in the queues. */
@@ -140,8 +199,41 @@ export class Dispatcher {
   }
 
   /**
+   * Dispatches, synchronously, up to {@link SLICE_RECORDS_MAX} records
+   * below the limit when the loop is started and idle and no record needs
+   * I/O; wakes the loop for whatever is left. Called after each put: the
+   * dispatcher then moves in step with the producer whatever the event
+   * loop does. Never throws: a failure stops the dispatcher as the loop's
+   * would.
+   */
+  dispatchNow(): void {
+    if (
+      this.#busy !== undefined || this.#loop === undefined || this.#closed ||
+      this.#failure !== undefined
+    ) {
+      this.wakeup();
+      return;
+    }
+    const limit = this.#options.limit();
+    if (this.#dispatched >= limit) return;
+    const start = this.#dispatched;
+    let done = false;
+    try {
+      done = this.#dispatchSlice(limit);
+    } catch (error) {
+      this.#fail(error);
+    } finally {
+      // The loop walks the record again when it gets to it.
+      this.#pending = undefined;
+      if (this.#dispatched !== start) this.#progressed();
+    }
+    if (!done) this.wakeup();
+  }
+
+  /**
    * Dispatches every record below `offset` now (recovery, close). Not
-   * while another dispatch runs: it waits for it.
+   * while another dispatch runs: it waits for it. A record that `offset`
+   * cuts is left for a later call.
    *
    * @throws {MqStoreError} When a record cannot be read or dispatched.
    */
@@ -180,10 +272,18 @@ export class Dispatcher {
         continue;
       }
       this.#woken = false;
+      const before = this.#dispatched;
       try {
         await this.#serial(() => this.#dispatch(limit, true));
       } catch (error) {
         this.#fail(error);
+      }
+      // Nothing readable below the limit yet (bytes still in a write
+      // buffer): wait for the next wakeup instead of trying again at once,
+      // which would spin on microtasks and starve the I/O that makes them
+      // readable.
+      if (this.#dispatched === before && !this.#woken && !this.#closed) {
+        await new Promise<void>((resolve) => this.#wake = resolve);
       }
     }
   }
@@ -197,110 +297,237 @@ export class Dispatcher {
     this.#options.onError(this.#failure);
   }
 
+  #progressed(): void {
+    this.#sequence++;
+    this.#options.onDispatched?.(this.#dispatched);
+  }
+
+  /**
+   * The synchronous slice of {@link dispatchNow}.
+   *
+   * @returns Whether it reached the limit (false: the loop has more to do).
+   */
+  #dispatchSlice(limit: number): boolean {
+    const queue = this.#options.commitLog;
+    let budget = SLICE_RECORDS_MAX;
+    // Bounded by the budget: each round dispatches a record or leaves a segment.
+    while (this.#dispatched < limit && budget > 0) {
+      const offset = this.#dispatched;
+      const file = queue.findMappedFileByOffset(offset);
+      if (file === undefined || !file.readsThroughMapping) return false;
+      const position = offset - file.fileFromOffset;
+      const end = Math.min(limit - file.fileFromOffset, file.fileSizeBytes, file.readPosition);
+      if (end <= position) return false;
+      const range = file.selectView(position, end - position);
+      if (range === undefined) return false;
+      let stop: number;
+      try {
+        stop = this.#walk(range.bytes, offset, file.fileSizeBytes - position, budget);
+      } finally {
+        range.release();
+      }
+      budget -= this.#walkedRecords;
+      if (stop === WALK_BUDGET || stop === WALK_IO || stop === WALK_CUT) return false;
+    }
+    return this.#dispatched >= limit;
+  }
+
   /** Dispatches up to `limit`; a background run stops early at close. */
   async #dispatch(limit: number, background: boolean): Promise<void> {
     const queue = this.#options.commitLog;
     const start = this.#dispatched;
-    // Bounded: each round dispatches at least one record or leaves a segment.
-    while (this.#dispatched < limit && !(background && this.#closed)) {
-      const offset = this.#dispatched;
-      const file = queue.findMappedFileByOffset(offset);
-      if (file === undefined) {
-        const first = queue.firstFile;
-        if (first !== undefined && offset < first.fileFromOffset) {
-          // Retention deleted segments not dispatched yet: nothing to index there.
-          this.#dispatched = first.fileFromOffset;
+    try {
+      // Bounded: each round dispatches at least one record, leaves a
+      // segment, or ends the run.
+      while (this.#dispatched < limit && !(background && this.#closed)) {
+        const offset = this.#dispatched;
+        const file = queue.findMappedFileByOffset(offset);
+        if (file === undefined) {
+          const first = queue.firstFile;
+          if (first !== undefined && offset < first.fileFromOffset) {
+            // Retention deleted segments not dispatched yet: nothing to index there.
+            this.#dispatched = first.fileFromOffset;
+            continue;
+          }
+          throw new MqStoreError(
+            "INVALID_FILE",
+            `Cannot dispatch offset ${offset}: no commit-log segment holds it (log ends at ${queue.maxWrotePosition})`,
+          );
+        }
+        const position = offset - file.fileFromOffset;
+        const end = Math.min(limit - file.fileFromOffset, file.fileSizeBytes, file.readPosition);
+        if (end <= position) return;
+        const mapped = file.readsThroughMapping;
+        // A record the window cut at its start is read again whole.
+        const want = Math.max(
+          Math.min(end - position, this.#options.windowBytes),
+          this.#cutClaimBytes,
+        );
+        const length = mapped ? end - position : Math.min(end - position, want);
+        this.#cutClaimBytes = 0;
+        const range = mapped
+          ? file.selectView(position, length)
+          : await file.selectRange(position, length);
+        if (range === undefined) return;
+        let stop: number;
+        try {
+          const segmentRest = file.fileSizeBytes - position;
+          stop = this.#walk(range.bytes, offset, segmentRest, Number.POSITIVE_INFINITY);
+          // Bounded by the range: each round dispatches one record.
+          while (stop === WALK_IO && !(background && this.#closed)) {
+            await this.#dispatchPending();
+            stop = this.#walk(range.bytes, offset, segmentRest, Number.POSITIVE_INFINITY);
+          }
+        } finally {
+          range.release();
+        }
+        if (stop !== WALK_CUT) continue;
+        const claimBytes = this.#cutClaimBytes;
+        this.#cutClaimBytes = 0;
+        // Records were dispatched: the next round reads from the cut one.
+        if (this.#dispatched !== offset) continue;
+        // The first record read goes past the bytes read. Cut by the read
+        // window only: read it again, whole. Past the limit (a recovery
+        // step, or not all readable yet): it waits for the next run.
+        if (!mapped && length < claimBytes && position + claimBytes <= end) {
+          this.#cutClaimBytes = claimBytes;
           continue;
         }
-        throw new MqStoreError(
-          "INVALID_FILE",
-          `Cannot dispatch offset ${offset}: no commit-log segment holds it (log ends at ${queue.maxWrotePosition})`,
-        );
+        return;
       }
-      const position = offset - file.fileFromOffset;
-      const end = Math.min(limit - file.fileFromOffset, file.fileSizeBytes, file.readPosition);
-      if (end <= position) return;
-      const length = Math.min(end - position, this.#options.windowBytes);
-      const range = await file.selectRange(position, length);
-      if (range === undefined) return;
-      try {
-        await this.#dispatchRange(range.bytes, offset, file.fileSizeBytes - position, length);
-      } finally {
-        range.release();
-      }
-    }
-    if (this.#dispatched !== start) {
-      this.#sequence++;
-      this.#options.onDispatched?.(this.#dispatched);
+    } finally {
+      this.#pending = undefined;
+      if (this.#dispatched !== start) this.#progressed();
     }
   }
 
-  /** Dispatches the records of `bytes` (commit-log offset `offset`, `segmentRest` bytes to the segment end). */
-  async #dispatchRange(
-    bytes: Uint8Array,
-    offset: number,
-    segmentRest: number,
-    length: number,
-  ): Promise<void> {
-    const options = this.#options;
-    let at = 0;
-    while (at < length) {
-      const view = this.#checker.check(bytes, at, offset + at);
-      if (view.kind === "message") {
-        const message = decodeMessageView(bytes, view);
-        const recordOffset = offset + at;
-        if (hasConsumeQueueEntry(message.sysFlag)) {
-          const cq = options.consumeQueues.find(message.topic, message.queueId) ??
-            await options.consumeQueues.findOrCreate(message.topic, message.queueId);
-          await cq.putUnit(
-            recordOffset,
-            view.size,
-            dispatchTagsCode(
-              message.topic,
-              message.properties,
-              message.storeTimestamp,
-              options.delayLevelsMs,
-            ),
-            message.queueOffset,
-          );
+  /**
+   * Dispatches, without awaiting, the records of `bytes` (commit-log
+   * offset `rangeOffset`, `segmentRest` bytes from its start to the
+   * segment end) from the dispatched offset on, at most `maxRecords`.
+   *
+   * @returns Why it stopped ({@link WALK_RANGE_END}, ...).
+   * @throws {MqStoreError} `CORRUPT_RECORD` for a record that is neither a
+   *   message, nor a BLANK filling its segment, nor cut by the range end.
+   */
+  #walk(bytes: Uint8Array, rangeOffset: number, segmentRest: number, maxRecords: number): number {
+    const length = bytes.length;
+    let at = this.#dispatched - rangeOffset;
+    assert(at >= 0 && at <= length, `dispatched offset ${this.#dispatched} is in the range`);
+    this.#walkedRecords = 0;
+    const lean = this.#view;
+    const indexed = this.#options.index !== undefined;
+    for (; this.#walkedRecords < maxRecords; this.#walkedRecords++) {
+      if (at >= length) return WALK_RANGE_END;
+      const recordOffset = rangeOffset + at;
+      if (lean.load(bytes, at, recordOffset, indexed && recordOffset > this.#indexSkipThrough)) {
+        if (!this.#dispatchViewNow(lean)) {
+          this.#pending = pendingOf(lean);
+          return WALK_IO;
         }
-        if (options.index !== undefined && recordOffset > this.#indexSkipThrough) {
-          const keys = indexKeysOf(message.sysFlag, message.properties);
-          if (keys.length > 0) {
-            await options.index.buildIndex({
-              topic: message.topic,
-              commitLogOffset: recordOffset,
-              storeTimestamp: message.storeTimestamp,
-              keys,
-            });
-          }
-        }
-        this.#lastTimestamp = message.storeTimestamp;
-        at += view.size;
-        this.#dispatched = offset + at;
+        at += lean.size;
+        this.#dispatched = rangeOffset + at;
+        this.#lastTimestamp = lean.storeTimestamp;
         continue;
       }
+      // Not a message the lean decode takes: the checker says what it is.
+      const view = this.#checker.check(bytes, at, recordOffset);
+      assert(
+        view.kind !== "message",
+        `the lean decode and the checker agree on the message at ${recordOffset}`,
+      );
       if (
-        (view.kind === "blank" || view.kind === "invalid") && at + 8 <= length &&
+        (view.kind === "blank" || view.kind === "invalid") && at + BLANK_HEADER_BYTES <= length &&
         isBlankFilling(bytes, at, segmentRest - at)
       ) {
-        this.#dispatched = offset + segmentRest;
-        return;
+        this.#dispatched = rangeOffset + segmentRest;
+        this.#walkedRecords++;
+        return WALK_SEGMENT_END;
       }
-      // A record cut by the read window: read again from it.
-      if (at > 0 && view.kind === "invalid" && view.reason === "TRUNCATED") return;
+      if (
+        view.kind === "invalid" && view.reason === "TRUNCATED" && view.size <= segmentRest - at
+      ) {
+        this.#cutClaimBytes = Math.max(view.size, BLANK_HEADER_BYTES);
+        return WALK_CUT;
+      }
       throw new MqStoreError(
         "CORRUPT_RECORD",
-        `Cannot dispatch the record at commit-log offset ${offset + at}: ${
+        `Cannot dispatch the record at commit-log offset ${recordOffset}: ${
           view.kind === "invalid" ? `${view.reason} (${view.detail})` : view.kind
         }`,
       );
     }
+    return WALK_BUDGET;
   }
+
+  /**
+   * Dispatches the record `view` holds when that needs no I/O.
+   *
+   * @returns False when it needs I/O; its unit may be written already
+   *   (the repeat is skipped when {@link Dispatcher.#dispatchPending} does
+   *   it again), its keys are not.
+   */
+  #dispatchViewNow(view: DispatchView): boolean {
+    const options = this.#options;
+    if (hasConsumeQueueEntry(view.sysFlag)) {
+      const cq = options.consumeQueues.find(view.topic, view.queueId);
+      if (cq === undefined) return false;
+      const put = cq.putUnitNow(view.physicalOffset, view.size, view.tagsCode, view.queueOffset);
+      if (put === undefined) return false;
+    }
+    // keyCount is 0 unless the record is to be indexed (see #walk).
+    if (view.keyCount > 0) {
+      return options.index!.buildIndexHashesNow(
+        view.keyHashes,
+        view.keyCount,
+        view.physicalOffset,
+        view.storeTimestamp,
+      );
+    }
+    return true;
+  }
+
+  /** Dispatches {@link Dispatcher.#pending}, awaiting its I/O, and moves past it. */
+  async #dispatchPending(): Promise<void> {
+    const record = this.#pending;
+    assert(record !== undefined && record.offset === this.#dispatched, "a pending record");
+    this.#pending = undefined;
+    const options = this.#options;
+    if (hasConsumeQueueEntry(record.sysFlag)) {
+      const cq = options.consumeQueues.find(record.topic, record.queueId) ??
+        await options.consumeQueues.findOrCreate(record.topic, record.queueId);
+      await cq.putUnit(record.offset, record.size, record.tagsCode, record.queueOffset);
+    }
+    if (record.keyHashes.length > 0) {
+      await options.index!.buildIndexHashes(
+        record.keyHashes,
+        record.keyHashes.length,
+        record.offset,
+        record.storeTimestamp,
+      );
+    }
+    this.#lastTimestamp = record.storeTimestamp;
+    this.#dispatched = record.offset + record.size;
+  }
+}
+
+/** A copy of what {@link DispatchView} holds, to dispatch after I/O. */
+function pendingOf(view: DispatchView): PendingRecord {
+  return {
+    offset: view.physicalOffset,
+    size: view.size,
+    topic: view.topic,
+    queueId: view.queueId,
+    queueOffset: view.queueOffset,
+    sysFlag: view.sysFlag,
+    storeTimestamp: view.storeTimestamp,
+    tagsCode: view.tagsCode,
+    keyHashes: view.keyHashes.slice(0, view.keyCount),
+  };
 }
 
 /** Whether `bytes[at]` is a BLANK of exactly `rest` bytes. */
 function isBlankFilling(bytes: Uint8Array, at: number, rest: number): boolean {
-  const view = new DataView(bytes.buffer, bytes.byteOffset + at, 8);
-  return view.getInt32(0) === rest && view.getUint32(4) === 0xCBD4_3194;
+  const view = new DataView(bytes.buffer, bytes.byteOffset + at, BLANK_HEADER_BYTES);
+  return view.getInt32(0) === rest && view.getUint32(4) === BLANK_MAGIC;
 }

@@ -121,7 +121,26 @@ export interface IndexEntry {
  * @returns A non-negative int32.
  */
 export function indexKeyHash(key: string): number {
-  const hash = Math.abs(javaHashCode(key));
+  return indexKeyHashOf(javaHashCode(key));
+}
+
+/**
+ * {@link indexKeyHash} from the Java hash of the full key (as
+ * `DispatchView` computes it without building the key).
+ *
+ * @example
+ * ```ts
+ * import { indexKeyHashOf } from "./index_file.ts";
+ *
+ * indexKeyHashOf(-5); // 5
+ * indexKeyHashOf(-0x80000000); // 0
+ * ```
+ *
+ * @param javaHash `String.hashCode()` of `topic#key`, an int32.
+ * @returns A non-negative int32.
+ */
+export function indexKeyHashOf(javaHash: number): number {
+  const hash = Math.abs(javaHash);
   // Math.abs of -2^31 is 2^31 in JS; Java's stays -2^31, which RocketMQ maps to 0.
   return hash > INT32_MAX ? 0 : hash;
 }
@@ -335,6 +354,44 @@ export class IndexFile {
    * @returns False, writing nothing, when the file is full.
    */
   putKey(key: string, phyOffset: number, storeTimestamp: number): boolean {
+    this.#checkPut(phyOffset, storeTimestamp);
+    if (this.isWriteFull) return false;
+    this.#put(indexKeyHash(key), phyOffset, storeTimestamp);
+    this.#writeHeader();
+    return true;
+  }
+
+  /**
+   * Adds one entry per hash of `javaHashes[0, count)`, in order, for one
+   * message: what `putKey` does for each key, the header written once.
+   * All or nothing: false, writing nothing, when they do not all fit.
+   *
+   * @param javaHashes `String.hashCode()` of each full key (`topic#key`).
+   * @param count How many of `javaHashes` to add.
+   * @param phyOffset The message's commit-log offset.
+   * @param storeTimestamp The message's storeTimestamp.
+   * @returns False when the file has room for fewer than `count` entries.
+   */
+  putKeyHashes(
+    javaHashes: Int32Array,
+    count: number,
+    phyOffset: number,
+    storeTimestamp: number,
+  ): boolean {
+    this.#checkPut(phyOffset, storeTimestamp);
+    if (!Number.isInteger(count) || count < 0 || count > javaHashes.length) {
+      throw new RangeError(`count ${count} is outside [0, ${javaHashes.length}]`);
+    }
+    if (this.indexNum - this.#indexCount < count) return false;
+    if (count === 0) return true;
+    for (let i = 0; i < count; i++) {
+      this.#put(indexKeyHashOf(javaHashes[i]!), phyOffset, storeTimestamp);
+    }
+    this.#writeHeader();
+    return true;
+  }
+
+  #checkPut(phyOffset: number, storeTimestamp: number): void {
     this.#checkWritable();
     if (!Number.isSafeInteger(phyOffset) || phyOffset < 0) {
       throw new RangeError(`Commit-log offset ${phyOffset} must be a non-negative integer`);
@@ -342,8 +399,11 @@ export class IndexFile {
     if (!Number.isSafeInteger(storeTimestamp)) {
       throw new RangeError(`storeTimestamp ${storeTimestamp} must be an integer`);
     }
-    if (this.isWriteFull) return false;
-    const keyHash = indexKeyHash(key);
+  }
+
+  /** Writes entry `indexCount` and its slot; the caller writes the header. */
+  #put(keyHash: number, phyOffset: number, storeTimestamp: number): void {
+    assert(this.#indexCount < this.indexNum, `${this.path} has room for an entry`);
     const slotPosition = this.#slotPosition(keyHash);
     let slotValue = this.#view.getInt32(slotPosition);
     if (slotValue <= INVALID_INDEX || slotValue > this.#indexCount) slotValue = INVALID_INDEX;
@@ -371,8 +431,6 @@ export class IndexFile {
     this.#indexCount++;
     this.#endPhyOffset = phyOffset;
     this.#endTimestamp = storeTimestamp;
-    this.#writeHeader();
-    return true;
   }
 
   /**

@@ -20,6 +20,7 @@
 
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
+import { javaHashCode } from "../record/mod.ts";
 import type { RuntimePort } from "../runtime/port.ts";
 import { type Clock, systemClock } from "../segment/clock.ts";
 import {
@@ -223,31 +224,97 @@ export class IndexService {
    * on re-dispatch. One build at a time: await each before the next, so
    * keys go in dispatch order.
    */
-  async buildIndex(request: IndexRequest): Promise<void> {
-    if (request.keys.length === 0) return;
+  buildIndex(request: IndexRequest): Promise<void> {
+    const { hashes, count } = hashesOf(request);
+    return this.buildIndexHashes(hashes, count, request.commitLogOffset, request.storeTimestamp);
+  }
+
+  /**
+   * The synchronous form of {@link buildIndex} for the usual case: the
+   * last file has room for every key of the message. Writes nothing and
+   * returns false otherwise (a file must be created: call buildIndex).
+   */
+  buildIndexNow(request: IndexRequest): boolean {
+    const { hashes, count } = hashesOf(request);
+    return this.buildIndexHashesNow(
+      hashes,
+      count,
+      request.commitLogOffset,
+      request.storeTimestamp,
+    );
+  }
+
+  /**
+   * {@link buildIndex} for keys given by the Java hash of each full key
+   * (`topic#key`), as the dispatcher's `DispatchView` computes them: no
+   * key string is built.
+   *
+   * @param javaHashes `String.hashCode()` of each `topic#key`, in index order.
+   * @param count How many of `javaHashes` are the message's.
+   * @param commitLogOffset The message's commit-log offset.
+   * @param storeTimestamp The message's storeTimestamp.
+   */
+  async buildIndexHashes(
+    javaHashes: Int32Array,
+    count: number,
+    commitLogOffset: number,
+    storeTimestamp: number,
+  ): Promise<void> {
+    if (count === 0) return;
     assert(!this.#building, `index builds in ${this.directory} do not overlap: await each one`);
     this.#building = true;
     try {
-      await this.#build(request);
+      await this.#build(javaHashes, count, commitLogOffset, storeTimestamp);
     } finally {
       this.#building = false;
     }
   }
 
-  async #build(request: IndexRequest): Promise<void> {
+  /**
+   * The synchronous form of {@link buildIndexHashes}: false, writing
+   * nothing, when the last file lacks room for every key (a file must be
+   * created: call buildIndexHashes).
+   *
+   * @param javaHashes `String.hashCode()` of each `topic#key`, in index order.
+   * @param count How many of `javaHashes` are the message's.
+   * @param commitLogOffset The message's commit-log offset.
+   * @param storeTimestamp The message's storeTimestamp.
+   * @returns Whether the message's keys are in the index now.
+   */
+  buildIndexHashesNow(
+    javaHashes: Int32Array,
+    count: number,
+    commitLogOffset: number,
+    storeTimestamp: number,
+  ): boolean {
+    if (count === 0) return true;
+    if (this.#building || this.#readOnly || this.#closed) return false;
+    const file = this.#files[this.#files.length - 1];
+    if (file === undefined || file.indexNum - file.indexCount < count) return false;
+    if (commitLogOffset < file.endPhyOffset) return true;
+    const put = file.putKeyHashes(javaHashes, count, commitLogOffset, storeTimestamp);
+    assert(put, `${file.path} has room for ${count} keys`);
+    return true;
+  }
+
+  async #build(
+    javaHashes: Int32Array,
+    count: number,
+    commitLogOffset: number,
+    storeTimestamp: number,
+  ): Promise<void> {
     const last = this.#files[this.#files.length - 1];
     // The usual case, a last file with room, takes no await.
     let file = last !== undefined && !last.isWriteFull && !this.#readOnly && !this.#closed
       ? last
       : await this.#lastWritableFile();
-    if (request.commitLogOffset < file.endPhyOffset) return;
-    for (const key of request.keys) {
-      if (key.length === 0) continue;
-      const fullKey = `${request.topic}#${key}`;
+    if (commitLogOffset < file.endPhyOffset) return;
+    for (let i = 0; i < count; i++) {
+      const one = javaHashes.subarray(i, i + 1);
       // Bounded: a new file always has room.
       for (
         let attempt = 0;
-        !file.putKey(fullKey, request.commitLogOffset, request.storeTimestamp);
+        !file.putKeyHashes(one, 1, commitLogOffset, storeTimestamp);
       ) {
         if (++attempt > 1) {
           throw new MqStoreError(
@@ -391,4 +458,14 @@ export class IndexService {
   #checkOpen(): void {
     if (this.#closed) throw new MqStoreError("CLOSED", `The index ${this.directory} is closed`);
   }
+}
+
+/** The Java hashes of a request's non-empty keys under `topic#`. */
+function hashesOf(request: IndexRequest): { hashes: Int32Array; count: number } {
+  const hashes = new Int32Array(request.keys.length);
+  let count = 0;
+  for (const key of request.keys) {
+    if (key.length > 0) hashes[count++] = javaHashCode(`${request.topic}#${key}`);
+  }
+  return { hashes, count };
 }
