@@ -611,8 +611,12 @@ interface Readable {
   queryMessages?: (topic: string, key: string) => Promise<{ messages: DecodedMessage[] }>;
 }
 
-/** Messages read per `getMessages` call. */
-const READ_PAGE_COUNT = 64;
+/**
+ * Messages read per `getMessages` call: RocketMQ's pull batch, which is also
+ * the store's default `maxTransferCountOnMessageInMemory`, so every full page
+ * is answered whole.
+ */
+const READ_PAGE_COUNT = 32;
 /** Lost offsets probed after each reopen. */
 const LOST_PROBE_COUNT = 50;
 /** Acks looked up by key after each reopen. */

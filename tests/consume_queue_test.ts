@@ -230,6 +230,40 @@ describe("ConsumeQueue", () => {
         });
       });
 
+      test("recover() zeroes a stale byte anywhere past a hole; afterCrash false skips the scan", async () => {
+        await withSegmentEnv(adapter, async (env) => {
+          const cq = await openQueue(env);
+          await putUnits(cq, 0, 2 * UNITS_PER_FILE + 4);
+          await cq.flush(0);
+          await cq.close();
+          const path = `${cq.directory}/${segmentName(2 * FILE_SIZE)}`;
+          const poke = async (position: number, value: number) => {
+            const handle = await env.port.openFile(path);
+            await handle.write(new Uint8Array([value]), position);
+            await handle.datasync();
+            await handle.close();
+          };
+          // A hole at unit 2 of the last file (its size field zeroed), then
+          // one stale byte at every kind of position past it: word-aligned
+          // or not, the very last byte of the file.
+          await poke(2 * UNIT + 11, 0);
+          for (const position of [2 * UNIT + 12, 3 * UNIT + 1, 150, 197, FILE_SIZE - 1]) {
+            await poke(position, 0x5A);
+            const again = queueOf(env);
+            await again.load();
+            await again.recover({ afterCrash: false });
+            assert.equal(again.maxOffsetInQueue, 2 * UNITS_PER_FILE + 2);
+            await again.close();
+            assert.equal((await readFileBytes(env.port, path))[position], 0x5A, "left as it was");
+            const crashed = await openQueue(env);
+            assert.equal(crashed.maxOffsetInQueue, 2 * UNITS_PER_FILE + 2);
+            await crashed.close();
+            const bytes = await readFileBytes(env.port, path);
+            assert.ok(bytes.subarray(2 * UNIT).every((b) => b === 0), `zeroed from ${position}`);
+          }
+        });
+      });
+
       if (adapter === "memory") {
         test("recover() after a crash keeps only flushed units", async () => {
           await withSegmentEnv(adapter, async (env) => {

@@ -10,12 +10,12 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { MemoryPort } from "../src/runtime/mod.ts";
-import type { RuntimePort } from "../src/runtime/port.ts";
+import type { FileHandle, RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { parseDeleteWhen } from "../src/store/options.ts";
-import { body, openMemoryStore, SEGMENT_BYTES, segmentNames } from "./_store_helpers.ts";
+import { body, openMemoryStore, SEGMENT_BYTES, segmentNames, settle } from "./_store_helpers.ts";
 
 const HOUR_MS = 3_600_000;
 const START_MS = 1_700_000_000_000;
@@ -34,6 +34,49 @@ function diskUsePort(inner: RuntimePort, used: { percent: number }): RuntimePort
       }
       const value = Reflect.get(target, key);
       return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+/** Which reads {@link heldReadPort} holds back. */
+interface ReadGate {
+  /** Reads of paths ending with this wait (none when undefined). */
+  held: string | undefined;
+  /** The reads waiting. */
+  waiting: Array<() => void>;
+}
+
+/**
+ * A port that cannot map (reads are positional, as on the portable
+ * adapter) and whose reads of the `gate.held` file wait: a read in flight
+ * holds its segment, as any reader does.
+ */
+function heldReadPort(inner: RuntimePort, gate: ReadGate): RuntimePort {
+  const wrapHandle = (handle: FileHandle): FileHandle =>
+    new Proxy(handle, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (typeof value !== "function") return value;
+        if (key === "read") {
+          return async (...args: unknown[]) => {
+            if (gate.held !== undefined && target.path.endsWith(gate.held)) {
+              await new Promise<void>((resolve) => gate.waiting.push(resolve));
+            }
+            return value.apply(target, args);
+          };
+        }
+        return value.bind(target);
+      },
+    });
+  return new Proxy(inner, {
+    get(target, key) {
+      if (key === "canMap") return false;
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile" || key === "openFile") {
+        return async (...args: unknown[]) => wrapHandle(await value.apply(target, args));
+      }
+      return value.bind(target);
     },
   });
 }
@@ -187,6 +230,89 @@ describe("retention", () => {
       assert.equal((await segmentNames(memory, "/retention"))[0], "00000000000000196608");
       assert.equal(store.minOffset, 3 * SEGMENT_BYTES);
     } finally {
+      await store.close();
+    }
+  });
+
+  test("deleteExpiredFiles() waits for a reader holding a segment, then deletes it after the release or the forcible interval", async () => {
+    const clock = new ManualClock(START_MS);
+    const gate: ReadGate = { held: undefined, waiting: [] };
+    const release = () => {
+      gate.held = undefined;
+      for (const wake of gate.waiting.splice(0)) wake();
+    };
+    const memory = new MemoryPort(runtimeName());
+    const forceAfterMs = 120_000;
+    const { store, directory } = await openMemoryStore({
+      port: heldReadPort(memory, gate),
+      clock,
+      flushDiskType: "SYNC_FLUSH",
+      fileReservedTime: 1,
+      // Never the hour: deletion runs when asked with `now`, or retries a held segment.
+      deleteWhen: hourOf(START_MS - 6 * HOUR_MS),
+      cleanResourceInterval: 86_400_000,
+      destroyMapedFileIntervalForcibly: forceAfterMs,
+    }, memory);
+    try {
+      await fillSegments(store, 3);
+      clock.advance(2 * HOUR_MS);
+      await fillSegments(store, 4);
+      await store.whenDispatched(store.maxOffset);
+      const first = await store.getMessage(0);
+      assert.ok(first !== undefined);
+      // The first message of segment 1.
+      let second = 0;
+      while (
+        (await store.getMessages("T", 0, second, 1)).messages[0]!.physicalOffset < SEGMENT_BYTES
+      ) {
+        second++;
+      }
+
+      // A read of segment 0 in flight holds it: retention must not delete it.
+      gate.held = "/commitlog/00000000000000000000";
+      const reading = store.getMessages("T", 0, 0, 1);
+      await settle();
+      assert.equal(gate.waiting.length, 1);
+      let report = await store.deleteExpiredFiles({ now: true });
+      assert.equal(report.segments, 0);
+      assert.equal(store.minOffset, 0);
+      assert.equal((await segmentNames(memory, directory))[0], "00000000000000000000");
+      // The retry (no `now`, not the hour) still waits for the reader.
+      assert.equal((await store.deleteExpiredFiles()).segments, 0);
+      assert.equal((await segmentNames(memory, directory))[0], "00000000000000000000");
+
+      // Released: the reader got its message, and the next run deletes the segment.
+      release();
+      assert.deepEqual((await reading).messages.map((m) => m.body), [first.body]);
+      report = await store.deleteExpiredFiles();
+      assert.equal(report.segments, 1);
+      assert.equal(store.minOffset, SEGMENT_BYTES);
+      assert.equal((await segmentNames(memory, directory))[0], "00000000000000065536");
+
+      // A reader that outstays destroyMapedFileIntervalForcibly is overridden.
+      gate.held = "/commitlog/00000000000000065536";
+      const stuck = store.getMessages("T", 0, second, 1);
+      await settle();
+      assert.equal(gate.waiting.length, 1);
+      assert.equal((await store.deleteExpiredFiles({ now: true })).segments, 0);
+      clock.advance(forceAfterMs - 1);
+      assert.equal((await store.deleteExpiredFiles()).segments, 0);
+      clock.advance(1);
+      const forced = store.deleteExpiredFiles();
+      await settle();
+      // Retired under the reader: new reads of the segment find nothing.
+      assert.equal(await store.getMessage(SEGMENT_BYTES), undefined);
+      // The descriptor is closed once the read in flight returns.
+      release();
+      assert.equal((await forced).segments, 1);
+      // The read in flight finished with its bytes before the descriptor closed.
+      assert.deepEqual((await stuck).messages.map((m) => m.physicalOffset), [SEGMENT_BYTES]);
+      assert.equal(store.minOffset, 2 * SEGMENT_BYTES);
+      assert.equal((await segmentNames(memory, directory))[0], "00000000000000131072");
+      const min = store.getMinQueueOffset("T", 0);
+      assert.equal((await store.getMessages("T", 0, min, 1)).status, "FOUND");
+    } finally {
+      release();
       await store.close();
     }
   });

@@ -8,8 +8,9 @@
  * ```
  *
  * Segments before `verifyFromIndex` (a clean open verifies only the last
- * three) are walked for the table only, without CRCs; a bad record there
- * ends that segment's walk without cutting the log. From `verifyFromIndex`
+ * three) are walked for the table only, without CRCs, or not read at all
+ * (`walkUnverified` false); a bad record there ends that segment's walk
+ * without cutting the log. From `verifyFromIndex`
  * on, the first record that is not a valid MESSAGE or a BLANK filling the
  * rest of its segment ends the log.
  *
@@ -47,6 +48,14 @@ export interface ScanResult {
 export interface ScanOptions {
   /** First segment index whose records are verified (and may cut the log). */
   verifyFromIndex: number;
+  /**
+   * Walk the segments before `verifyFromIndex` for the table (without
+   * CRCs); false: skip them unread (the caller has the table from
+   * elsewhere, and `messageCount` counts the verified segments only).
+   *
+   * @default {true}
+   */
+  walkUnverified?: boolean;
   /** Verify body CRCs (`checkCRCOnRecover`). */
   checkCrc: boolean;
   /** Receives the queue offsets seen. */
@@ -187,9 +196,15 @@ export async function scanCommitLog(
     messageCount: 0,
     skippedSegments: [],
   };
+  const walkUnverified = options.walkUnverified ?? true;
   for (let index = 0; index < files.length; index++) {
     const file = files[index]!;
     const size = file.fileSizeBytes;
+    if (index < options.verifyFromIndex && !walkUnverified) {
+      result.cutOffset = file.fileFromOffset + size;
+      result.cutFileIndex = index + 1;
+      continue;
+    }
     const window = await SegmentWindow.open(file, options.windowBytes);
     try {
       const verify = index >= options.verifyFromIndex;

@@ -3,7 +3,8 @@
  * record the consume queues or the index may lack.
  *
  * ```
- * consume queues: checkpoint.consumeQueueOffset (mqstore's block)
+ * consume queues: none at all (deleted): the first record
+ *                 else checkpoint.consumeQueueOffset (mqstore's block)
  *                 else clean: the furthest unit's message end
  *                 else: RocketMQ's walk back to the newest segment whose
  *                       first record is ≤ checkpoint min timestamp − 3 s
@@ -62,10 +63,14 @@ export async function recoveryStart(input: RecoveryStartInput): Promise<Recovery
   const { checkpoint, minOffset, endOffset } = input;
   const clamp = (offset: number) => Math.min(Math.max(offset, minOffset), endOffset);
   let consumeQueueStart: number;
-  if (checkpoint.consumeQueueOffset >= 0) {
+  if (input.consumeQueueEnd < 0) {
+    // No unit anywhere (the queues were deleted, or a crash lost them
+    // all): whatever the checkpoint says, every record goes in again.
+    consumeQueueStart = minOffset;
+  } else if (checkpoint.consumeQueueOffset >= 0) {
     consumeQueueStart = checkpoint.consumeQueueOffset;
   } else if (input.clean) {
-    consumeQueueStart = input.consumeQueueEnd >= 0 ? input.consumeQueueEnd : minOffset;
+    consumeQueueStart = input.consumeQueueEnd;
   } else {
     consumeQueueStart = await timestampStart(input.files, checkpoint.minTimestamp, minOffset);
   }

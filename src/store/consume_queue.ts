@@ -249,13 +249,20 @@ export class ConsumeQueue {
   /**
    * Finds the end of the valid units, RocketMQ's way: from the third-last
    * file, a unit with a negative offset or a size ≤ 0 ends the queue. Files
-   * past the end are deleted and the rest of the last file is zeroed
-   * (unless read-only).
+   * past the end are deleted (unless read-only).
+   *
+   * After a crash (`afterCrash`, the default) the rest of the last file is
+   * also zeroed up to its last non-zero byte: a torn crash can lose one page
+   * and keep a later one, so stale units may follow the first invalid one
+   * and must not come back once the queue grows over the gap. That takes a
+   * scan of the file's tail. After a clean close it is skipped: the store
+   * zeroed every cut when it made it, and only appends followed, so
+   * nothing but zeros lies past the end.
    *
    * @returns The end (offset + size) of the last valid unit's message, or
    *   -1 when the queue holds none.
    */
-  async recover(): Promise<number> {
+  async recover(options: { afterCrash?: boolean } = {}): Promise<number> {
     const files = this.#queue.files;
     if (files.length === 0) return this.#maxPhysicOffset;
     let index = Math.max(0, files.length - 3);
@@ -278,7 +285,7 @@ export class ConsumeQueue {
     }
     this.#queue.flushedWhere = processOffset;
     this.#queue.committedWhere = processOffset;
-    await this.#cutAt(processOffset);
+    await this.#cutAt(processOffset, options.afterCrash === false ? "none" : "scan");
     return this.#maxPhysicOffset;
   }
 
@@ -309,6 +316,38 @@ export class ConsumeQueue {
     } finally {
       this.#putting = false;
     }
+  }
+
+  /**
+   * The synchronous form of {@link putUnit} for the usual case: the next
+   * unit of a queue whose last file has room and is written through a
+   * mapping. Answers as putUnit does (true: written; false: a skipped
+   * repeat), or undefined, writing nothing, when the put needs I/O or a
+   * check of putUnit (a new file, padding, a gap): call putUnit then.
+   */
+  putUnitNow(
+    commitLogOffset: number,
+    size: number,
+    tagsCode: number,
+    queueOffset: number,
+  ): boolean | undefined {
+    checkUnit(commitLogOffset, size, tagsCode, queueOffset);
+    if (commitLogOffset + size <= this.#maxPhysicOffset) return false;
+    const file = this.#queue.lastFile;
+    if (this.#putting || file === undefined || file.isFull || file.writeMode !== "mapping") {
+      return undefined;
+    }
+    const expectLogicOffset = queueOffset * CQ_UNIT_SIZE_BYTES;
+    const currentLogicOffset = file.fileFromOffset + file.wrotePosition;
+    if (expectLogicOffset < currentLogicOffset) return false;
+    if (expectLogicOffset > currentLogicOffset) return undefined;
+    const view = this.#unitView;
+    writeInt64(view, 0, commitLogOffset);
+    view.setInt32(CQ_UNIT_SIZE_POSITION, size);
+    writeInt64(view, CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
+    this.#appendNow(file, this.#unit);
+    this.#maxPhysicOffset = commitLogOffset + size;
+    return true;
   }
 
   async #put(
@@ -462,7 +501,9 @@ export class ConsumeQueue {
       if (file === undefined) break;
       const validBytes = await this.#scanValid(file, file.readPosition, physicalOffset);
       if (validBytes > 0) {
-        await this.#cutAt(file.fileFromOffset + validBytes);
+        // Past the write position there are only zeros (recover() made
+        // sure): zero the cut units only.
+        await this.#cutAt(file.fileFromOffset + validBytes, "wrote");
         break;
       }
       // RocketMQ drops a last file whose first unit is already too far.
@@ -538,15 +579,21 @@ export class ConsumeQueue {
 
   /**
    * Ends the queue at logical byte offset `cut`: later files deleted, the
-   * file holding it trimmed, and its stale bytes past the cut zeroed.
+   * file holding it trimmed, and its stale bytes past the cut zeroed: up
+   * to its last non-zero byte (`scan`), up to its write position
+   * (`wrote`), or none (`none`: known to be zeros).
    */
-  async #cutAt(cut: number): Promise<void> {
+  async #cutAt(cut: number, stale: "scan" | "wrote" | "none"): Promise<void> {
     const holder = this.#queue.findMappedFileByOffset(cut) ??
       (cut === this.#queue.maxOffset ? this.#queue.lastFile : undefined);
     let staleEnd = 0;
     if (holder !== undefined) {
       const position = cut - holder.fileFromOffset;
-      staleEnd = position + await nonZeroLength(holder, position, holder.readPosition);
+      staleEnd = stale === "none"
+        ? position
+        : stale === "wrote"
+        ? Math.max(position, holder.wrotePosition)
+        : position + await nonZeroLength(holder, position, holder.readPosition);
     }
     await this.#queue.truncateDirtyFiles(cut);
     if (holder === undefined || staleEnd <= cut - holder.fileFromOffset) return;
@@ -626,7 +673,22 @@ async function nonZeroLength(file: MappedFile, position: number, end: number): P
   if (range === undefined) return 0;
   try {
     const bytes = range.bytes;
-    for (let i = bytes.length - 1; i >= 0; i--) if (bytes[i] !== 0) return i + 1;
+    // Word by word over the 4-byte-aligned middle (the scan may cover a
+    // whole 6 MB file after a crash), bytes at the edges.
+    const head = Math.min(bytes.length, (4 - (bytes.byteOffset & 3)) & 3);
+    const words = (bytes.length - head) >>> 2;
+    const tail = head + words * 4;
+    for (let i = bytes.length - 1; i >= tail; i--) if (bytes[i] !== 0) return i + 1;
+    if (words > 0) {
+      const view = new Int32Array(bytes.buffer, bytes.byteOffset + head, words);
+      for (let w = words - 1; w >= 0; w--) {
+        if (view[w] !== 0) {
+          const at = head + w * 4;
+          for (let i = at + 3; i >= at; i--) if (bytes[i] !== 0) return i + 1;
+        }
+      }
+    }
+    for (let i = head - 1; i >= 0; i--) if (bytes[i] !== 0) return i + 1;
     return 0;
   } finally {
     range.release();

@@ -112,15 +112,16 @@ export class ConsumeQueueTable {
   }
 
   /**
-   * Recovers every queue ({@link ConsumeQueue.recover}).
+   * Recovers every queue ({@link ConsumeQueue.recover}); `afterCrash`
+   * (the default) also zeroes stale units a torn crash may have left.
    *
    * @returns The largest end (offset + size) of a message referenced by a
    *   unit, or -1 when no queue holds one.
    */
-  async recover(): Promise<number> {
+  async recover(options: { afterCrash?: boolean } = {}): Promise<number> {
     let maxPhysicOffset = -1;
     for (const queue of this.queues()) {
-      maxPhysicOffset = Math.max(maxPhysicOffset, await queue.recover());
+      maxPhysicOffset = Math.max(maxPhysicOffset, await queue.recover(options));
     }
     return maxPhysicOffset;
   }

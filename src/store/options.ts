@@ -18,7 +18,27 @@ import { type Clock, systemClock } from "../segment/clock.ts";
 
 export type { FlushDiskType };
 
-/** Options of `MessageStore.open`. */
+/**
+ * Options of `MessageStore.open`.
+ *
+ * @example
+ * ```ts
+ * import fs from "node:fs";
+ * import os from "node:os";
+ * import { MessageStore } from "./message_store.ts";
+ * import type { MessageStoreOptions } from "./options.ts";
+ *
+ * const options: MessageStoreOptions = {
+ *   flushDiskType: "SYNC_FLUSH", // answer puts once durable
+ *   mappedFileSizeCommitLog: 64 * 1024 * 1024,
+ *   fileReservedTime: 48, // hours
+ * };
+ * const directory = fs.mkdtempSync(`${os.tmpdir()}/mqstore-`);
+ * const store = await MessageStore.open(directory, options);
+ * await store.close();
+ * fs.rmSync(directory, { recursive: true });
+ * ```
+ */
 export interface MessageStoreOptions {
   /**
    * Size of each commit-log segment, bytes; below 2 GiB.
@@ -221,6 +241,42 @@ export interface MessageStoreOptions {
    * @default {120000}
    */
   destroyMapedFileIntervalForcibly?: number;
+  /**
+   * Record bytes one `getMessages` call returns at most when the messages
+   * are "in memory" (see `accessMessageInMemoryMaxRatio`). One message is
+   * always returned, however large.
+   *
+   * @default {262144}
+   */
+  maxTransferBytesOnMessageInMemory?: number;
+  /**
+   * Messages one `getMessages` call returns at most when they are "in
+   * memory".
+   *
+   * @default {32}
+   */
+  maxTransferCountOnMessageInMemory?: number;
+  /**
+   * Record bytes one `getMessages` call returns at most when the messages
+   * are "on disk". One message is always returned, however large.
+   *
+   * @default {65536}
+   */
+  maxTransferBytesOnMessageInDisk?: number;
+  /**
+   * Messages one `getMessages` call returns at most when they are "on disk".
+   *
+   * @default {8}
+   */
+  maxTransferCountOnMessageInDisk?: number;
+  /**
+   * Percent of the machine's RAM taken as the page cache's reach: a message
+   * more than this many bytes behind the end of the commit log counts as
+   * "on disk" and takes the smaller transfer limits (RocketMQ's rule).
+   *
+   * @default {40}
+   */
+  accessMessageInMemoryMaxRatio?: number;
 
   // mqstore's own settings.
 
@@ -257,6 +313,15 @@ export interface MessageStoreOptions {
    */
   unflushedBytesMax?: number;
   /**
+   * Re-dispatch on open (consume queues and index behind the commit log)
+   * makes its progress durable in the checkpoint at least every this many
+   * commit-log bytes, so a restart during a long recovery continues from
+   * there instead of starting over.
+   *
+   * @default {67108864}
+   */
+  recoveryCheckpointIntervalBytes?: number;
+  /**
    * How often disk use is compared with `diskMaxUsedSpaceRatio`, ms.
    *
    * @default {1000}
@@ -289,6 +354,16 @@ export interface ResolvedStoreOptions extends Required<Omit<MessageStoreOptions,
 
 /** Size of a consume-queue unit (SPEC §7). */
 const CQ_UNIT_BYTES = 20;
+/** Re-dispatch on open checkpoints at least every 64 MiB. */
+const RECOVERY_CHECKPOINT_INTERVAL_BYTES_DEFAULT = 0x400_0000;
+
+/** RocketMQ's pull limits (MessageStoreConfig): 256 KiB / 32 messages in memory, 64 KiB / 8 on disk. */
+const TRANSFER_BYTES_IN_MEMORY_DEFAULT = 0x4_0000;
+const TRANSFER_COUNT_IN_MEMORY_DEFAULT = 32;
+const TRANSFER_BYTES_IN_DISK_DEFAULT = 0x1_0000;
+const TRANSFER_COUNT_IN_DISK_DEFAULT = 8;
+/** Percent of RAM within which a message counts as in memory. */
+const ACCESS_IN_MEMORY_RATIO_DEFAULT = 40;
 
 function consumeQueueFileSize(value: unknown): number {
   const size = integer(
@@ -548,6 +623,36 @@ export function resolveOptions(options: MessageStoreOptions = {}): ResolvedStore
       0,
       day,
     ),
+    maxTransferBytesOnMessageInMemory: integer(
+      "maxTransferBytesOnMessageInMemory",
+      options.maxTransferBytesOnMessageInMemory ?? TRANSFER_BYTES_IN_MEMORY_DEFAULT,
+      1,
+      0x7FFF_FFFF,
+    ),
+    maxTransferCountOnMessageInMemory: integer(
+      "maxTransferCountOnMessageInMemory",
+      options.maxTransferCountOnMessageInMemory ?? TRANSFER_COUNT_IN_MEMORY_DEFAULT,
+      1,
+      0x7FFF_FFFF,
+    ),
+    maxTransferBytesOnMessageInDisk: integer(
+      "maxTransferBytesOnMessageInDisk",
+      options.maxTransferBytesOnMessageInDisk ?? TRANSFER_BYTES_IN_DISK_DEFAULT,
+      1,
+      0x7FFF_FFFF,
+    ),
+    maxTransferCountOnMessageInDisk: integer(
+      "maxTransferCountOnMessageInDisk",
+      options.maxTransferCountOnMessageInDisk ?? TRANSFER_COUNT_IN_DISK_DEFAULT,
+      1,
+      0x7FFF_FFFF,
+    ),
+    accessMessageInMemoryMaxRatio: integer(
+      "accessMessageInMemoryMaxRatio",
+      options.accessMessageInMemoryMaxRatio ?? ACCESS_IN_MEMORY_RATIO_DEFAULT,
+      0,
+      100,
+    ),
     readOnly: boolean("readOnly", options.readOnly ?? false),
     adapter,
     port: options.port,
@@ -555,6 +660,12 @@ export function resolveOptions(options: MessageStoreOptions = {}): ResolvedStore
     unflushedBytesMax: integer(
       "unflushedBytesMax",
       options.unflushedBytesMax ?? UNFLUSHED_BYTES_MAX_DEFAULT,
+      0x1000,
+      Number.MAX_SAFE_INTEGER,
+    ),
+    recoveryCheckpointIntervalBytes: integer(
+      "recoveryCheckpointIntervalBytes",
+      options.recoveryCheckpointIntervalBytes ?? RECOVERY_CHECKPOINT_INTERVAL_BYTES_DEFAULT,
       0x1000,
       Number.MAX_SAFE_INTEGER,
     ),

@@ -57,7 +57,20 @@ export interface RetentionServiceOptions {
   onWarning: (message: string) => void;
 }
 
-/** What one run deleted. */
+/**
+ * What one run deleted.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { MessageStore } from "./message_store.ts";
+ *
+ * const store = await MessageStore.open("/store", { port: new MemoryPort("node") });
+ * const report = await store.deleteExpiredFiles({ now: true });
+ * console.log(report.segments, report.consumeQueueFiles, report.indexFiles, report.minOffset);
+ * await store.close();
+ * ```
+ */
 export interface RetentionReport {
   /** Commit-log segments deleted. */
   segments: number;

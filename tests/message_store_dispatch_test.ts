@@ -1,0 +1,100 @@
+/**
+ * A dispatch failure (a consume-queue or index file that cannot be
+ * created or written) stops puts: the log must not grow past what
+ * consumers can find. Reads of what was dispatched go on, `abort` stays,
+ * and a reopen re-dispatches what was missed. Faults come from the memory
+ * adapter's `failNext`.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { MqStoreError } from "../src/errors.ts";
+import { body, openMemoryStore } from "./_store_helpers.ts";
+
+describe("MessageStore dispatch failure", () => {
+  const cases = [
+    { name: "a consume-queue file", pathIncludes: "/consumequeue/T/1/" },
+    { name: "an index file", pathIncludes: "/index/" },
+  ];
+  for (const c of cases) {
+    test(`putMessage() answers SERVICE_NOT_AVAILABLE once dispatch fails on ${c.name}; reopen re-dispatches`, async () => {
+      const env = await openMemoryStore({ flushDiskType: "SYNC_FLUSH" });
+      const { store, port, directory } = env;
+      let failedOffset: number;
+      try {
+        // Queue T/0 and its consume-queue file exist; no key yet, so no index file.
+        for (let i = 0; i < 3; i++) {
+          assert.equal(
+            (await store.putMessage({ topic: "T", queueId: 0, body: body(50, i) })).status,
+            "PUT_OK",
+          );
+        }
+        await store.whenDispatched(store.maxOffset);
+        port.failNext({ operation: "create", error: "ENOSPC", pathIncludes: c.pathIncludes });
+        // Stored (the commit log is fine), but its dispatch fails.
+        const r = await store.putMessage({
+          topic: "T",
+          queueId: 1,
+          body: body(60, 9),
+          properties: { KEYS: "lost-key" },
+        });
+        assert.equal(r.status, "PUT_OK");
+        failedOffset = r.appendResult!.wroteOffset;
+        const failure = await store.whenDispatched(store.maxOffset).then(
+          () => assert.fail("dispatch should fail"),
+          (error: unknown) => error,
+        );
+        assert.ok(failure instanceof MqStoreError);
+        assert.equal(failure.code, "NO_SPACE");
+        assert.ok(store.dispatchedOffset <= failedOffset);
+
+        for (
+          const put of [
+            store.putMessage({ topic: "T", queueId: 0, body: body(10) }),
+            store.putMessages([{ topic: "T", queueId: 0, body: body(10) }]),
+          ]
+        ) {
+          const refused = await put;
+          assert.equal(refused.status, "SERVICE_NOT_AVAILABLE");
+          assert.equal(refused.error?.code, "SERVICE_NOT_AVAILABLE");
+          assert.equal(refused.error?.cause, failure);
+          assert.match(refused.error!.message, /dispatch/);
+          assert.ok(refused.error!.message.includes(failure.message));
+        }
+        const maxOffset = store.maxOffset;
+        // Reads of what is consistent go on.
+        const page = await store.getMessages("T", 0, 0, 32);
+        assert.equal(page.status, "FOUND");
+        assert.deepEqual(page.messages.map((m) => m.queueOffset), [0, 1, 2]);
+        assert.equal((await store.getMessage(failedOffset))?.queueOffset, 0);
+        assert.equal(store.maxOffset, maxOffset);
+      } finally {
+        await store.close().catch(() => {});
+      }
+      // The store was not closed cleanly.
+      assert.notEqual(await port.stat(`${directory}/abort`), undefined);
+
+      const again = await env.reopen();
+      try {
+        assert.equal(again.recovery.clean, false);
+        assert.equal(again.dispatchedOffset, again.maxOffset);
+        const page = await again.getMessages("T", 1, 0, 32);
+        assert.equal(page.status, "FOUND");
+        assert.deepEqual(page.messages.map((m) => m.physicalOffset), [failedOffset]);
+        const found = await again.queryMessages("T", "lost-key");
+        assert.deepEqual(found.messages.map((m) => m.physicalOffset), [failedOffset]);
+        assert.equal(again.getMaxQueueOffset("T", 0), 3);
+        const r = await again.putMessage({ topic: "T", queueId: 1, body: body(10) });
+        assert.equal(r.status, "PUT_OK");
+        assert.equal(r.appendResult!.queueOffset, 1);
+        await again.whenDispatched(again.maxOffset);
+        assert.equal((await again.getMessages("T", 1, 1, 1)).status, "FOUND");
+      } finally {
+        await again.close();
+      }
+      assert.equal(await port.stat(`${directory}/abort`), undefined);
+    });
+  }
+});
