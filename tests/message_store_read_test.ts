@@ -11,8 +11,11 @@
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { describe, test } from "node:test";
-import { createPort } from "../src/runtime/mod.ts";
+import { createPort, MemoryPort } from "../src/runtime/mod.ts";
+import { runtimeName } from "../src/runtime/info.ts";
+import type { FileHandle, RuntimePort } from "../src/runtime/port.ts";
 import { MessageStore } from "../src/store/message_store.ts";
+import type { MessageStoreOptions } from "../src/store/options.ts";
 import { removeDirectory } from "./_helpers.ts";
 import {
   copyCorpusStore,
@@ -22,7 +25,7 @@ import {
   readJson,
   readJsonLines,
 } from "./_corpus_helpers.ts";
-import { body, openMemoryStore } from "./_store_helpers.ts";
+import { body, openMemoryStore, SEGMENT_BYTES } from "./_store_helpers.ts";
 
 const text = new TextEncoder();
 
@@ -358,6 +361,274 @@ describe("MessageStore reads of RocketMQ 4.9.8 stores", () => {
       }
     } finally {
       removeDirectory(root);
+    }
+  });
+});
+
+/** Fills queue T/0 with `count` messages of a `bodyBytes`-byte body; returns the record size. */
+async function fillQueue(store: MessageStore, count: number, bodyBytes = 1000): Promise<number> {
+  let size = 0;
+  for (let i = 0; i < count; i++) {
+    const r = await store.putMessage({ topic: "T", queueId: 0, body: body(bodyBytes, i) });
+    assert.equal(r.status, "PUT_OK");
+    size = r.appendResult!.wroteBytes;
+  }
+  await store.whenDispatched(store.maxOffset);
+  return size;
+}
+
+describe("MessageStore pull limits", () => {
+  // accessMessageInMemoryMaxRatio 100: every message is "in memory" (RAM is
+  // larger than the test's log); 0: every message is "on disk".
+  const cases: Array<{
+    name: string;
+    options: MessageStoreOptions;
+    maxCount: number;
+    expected: (recordBytes: number) => number;
+  }> = [
+    {
+      name: "in memory: maxTransferCountOnMessageInMemory (32)",
+      options: { accessMessageInMemoryMaxRatio: 100 },
+      maxCount: 100,
+      expected: () => 32,
+    },
+    {
+      name: "in memory: maxTransferBytesOnMessageInMemory",
+      options: { accessMessageInMemoryMaxRatio: 100, maxTransferBytesOnMessageInMemory: 5000 },
+      maxCount: 100,
+      expected: (size) => Math.floor(5000 / size),
+    },
+    {
+      name: "on disk: maxTransferCountOnMessageInDisk (8)",
+      options: { accessMessageInMemoryMaxRatio: 0 },
+      maxCount: 100,
+      expected: () => 8,
+    },
+    {
+      name: "on disk: maxTransferBytesOnMessageInDisk",
+      options: { accessMessageInMemoryMaxRatio: 0, maxTransferBytesOnMessageInDisk: 3000 },
+      maxCount: 100,
+      expected: (size) => Math.floor(3000 / size),
+    },
+    {
+      name: "maxCount below the tier's limits",
+      options: { accessMessageInMemoryMaxRatio: 0 },
+      maxCount: 3,
+      expected: () => 3,
+    },
+    {
+      name: "one message larger than the byte limit still goes",
+      options: { accessMessageInMemoryMaxRatio: 100, maxTransferBytesOnMessageInMemory: 100 },
+      maxCount: 100,
+      expected: () => 1,
+    },
+  ];
+  for (const c of cases) {
+    test(`getMessages() bounds a pull, ${c.name}`, async () => {
+      const { store } = await openMemoryStore(c.options);
+      try {
+        const size = await fillQueue(store, 40);
+        const want = c.expected(size);
+        let next = 0;
+        // Pages are bounded the same way all along the queue.
+        while (next < 40) {
+          const page = await store.getMessages("T", 0, next, c.maxCount);
+          assert.equal(page.status, "FOUND");
+          assert.equal(page.messages.length, Math.min(want, 40 - next));
+          assert.deepEqual(
+            page.messages.map((m) => m.queueOffset),
+            page.messages.map((_, i) => next + i),
+          );
+          assert.equal(page.nextQueueOffset, next + page.messages.length);
+          next = page.nextQueueOffset;
+        }
+      } finally {
+        await store.close();
+      }
+    });
+  }
+
+  test("getMessages() with maxBytes is bounded by maxCount and maxBytes only", async () => {
+    const { store } = await openMemoryStore({ accessMessageInMemoryMaxRatio: 0 });
+    try {
+      const size = await fillQueue(store, 40);
+      const small = await store.getMessages("T", 0, 0, 100, { maxBytes: 2 * size + 1 });
+      assert.equal(small.messages.length, 2);
+      assert.equal(small.nextQueueOffset, 2);
+      // Exactly at the limit: included.
+      assert.equal(
+        (await store.getMessages("T", 0, 0, 100, { maxBytes: 3 * size })).messages.length,
+        3,
+      );
+      // Past the on-disk tier's 8 messages and 64 KiB.
+      const large = await store.getMessages("T", 0, 0, 100, { maxBytes: 0x10_0000 });
+      assert.equal(large.messages.length, 40);
+      assert.equal(
+        (await store.getMessages("T", 0, 5, 10, { maxBytes: 0x10_0000 })).messages.length,
+        10,
+      );
+      // One message, however large.
+      const one = await store.getMessages("T", 0, 7, 100, { maxBytes: 1 });
+      assert.deepEqual(one.messages.map((m) => m.queueOffset), [7]);
+      for (const maxBytes of [0, -1, 1.5, Number.NaN]) {
+        await assert.rejects(store.getMessages("T", 0, 0, 1, { maxBytes }), RangeError);
+      }
+    } finally {
+      await store.close();
+    }
+  });
+
+  test("getMessages() counts the limits over served messages only, checking before the tags filter", async () => {
+    const { store } = await openMemoryStore({
+      accessMessageInMemoryMaxRatio: 100,
+      maxTransferCountOnMessageInMemory: 2,
+    });
+    try {
+      for (let i = 0; i < 10; i++) {
+        const properties = { TAGS: i % 3 === 0 ? "red" : "blue" };
+        await store.putMessage({ topic: "T", queueId: 0, body: body(50, i), properties });
+      }
+      await store.whenDispatched(store.maxOffset);
+      // red: 0, 3, 6, 9. Two served; the batch is full at unit 4 (RocketMQ
+      // checks before filtering), so the next pull starts there.
+      const page = await store.getMessages("T", 0, 0, 32, { tags: ["red"] });
+      assert.deepEqual(page.messages.map((m) => m.queueOffset), [0, 3]);
+      assert.equal(page.nextQueueOffset, 4);
+    } finally {
+      await store.close();
+    }
+  });
+
+  test("MessageStore.open() rejects transfer limits out of range", async () => {
+    for (
+      const options of [
+        { maxTransferCountOnMessageInDisk: 0 },
+        { maxTransferBytesOnMessageInMemory: -1 },
+        { accessMessageInMemoryMaxRatio: 101 },
+      ]
+    ) {
+      await assert.rejects(openMemoryStore(options), RangeError);
+    }
+  });
+});
+
+/** One `adviseCache` call seen by {@link advicePort}. */
+interface AdviceCall {
+  path: string;
+  position: number;
+  length: number;
+  advice: string;
+}
+
+/**
+ * Wraps `inner` so `FileHandle.adviseCache` calls are recorded and
+ * `pageCacheState` answers "nothing cached" while `cold.value` is true.
+ */
+function advicePort(
+  inner: RuntimePort,
+  calls: AdviceCall[],
+  cold: { value: boolean },
+): RuntimePort {
+  const wrapHandle = (handle: FileHandle): FileHandle =>
+    new Proxy(handle, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (typeof value !== "function") return value;
+        if (key === "adviseCache") {
+          return (position: number, length: number, advice: string) => {
+            calls.push({ path: target.path, position, length, advice });
+            return value.call(target, position, length, advice);
+          };
+        }
+        if (key === "pageCacheState") {
+          return (position: number, length: number) =>
+            cold.value
+              ? { cachedPages: 0, dirtyPages: 0, writebackPages: 0 }
+              : value.call(target, position, length);
+        }
+        return value.bind(target);
+      },
+    });
+  return new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile" || key === "openFile") {
+        return async (...args: unknown[]) => wrapHandle(await value.apply(target, args));
+      }
+      return value.bind(target);
+    },
+  });
+}
+
+describe("MessageStore read-ahead", () => {
+  // 64 KiB segments: 16 KiB windows, four per segment.
+  const windowBytes = SEGMENT_BYTES / 4;
+
+  test("getMessages() advises WILLNEED once per window ahead of a sequential reader, never past the readable end", async () => {
+    const calls: AdviceCall[] = [];
+    const cold = { value: true };
+    const memory = new MemoryPort(runtimeName());
+    const { store } = await openMemoryStore({ port: advicePort(memory, calls, cold) }, memory);
+    try {
+      await fillQueue(store, 200);
+      const ends: number[] = [];
+      let next = 0;
+      for (let round = 0; round < 1000 && next < 200; round++) {
+        const before = calls.length;
+        const page = await store.getMessages("T", 0, next, 4);
+        assert.equal(page.status, "FOUND");
+        const last = page.messages.at(-1)!;
+        const readEnd = last.physicalOffset + last.storeSize;
+        ends.push(readEnd);
+        for (const call of calls.slice(before)) {
+          const start = Number(call.path.slice(-20));
+          // Ahead of (or at the page of) where this read ended.
+          assert.ok(
+            start + call.position + call.length > readEnd,
+            `${call.path}@${call.position} is ahead of ${readEnd}`,
+          );
+          assert.ok(start + call.position >= readEnd - windowBytes);
+        }
+        next = page.nextQueueOffset;
+      }
+      assert.equal(next, 200);
+      const commitLog = calls.filter((call) => call.path.includes("/commitlog/"));
+      assert.equal(commitLog.length, calls.length);
+      const seen = new Set<string>();
+      for (const call of commitLog) {
+        assert.equal(call.advice, "willneed");
+        const start = Number(call.path.slice(-20));
+        assert.ok(call.length > 0);
+        assert.ok(call.position + call.length <= SEGMENT_BYTES, "inside the segment");
+        assert.ok(
+          start + call.position + call.length <= store.maxOffset,
+          "inside the readable log",
+        );
+        const window = `${start}/${Math.floor(call.position / windowBytes)}`;
+        assert.ok(!seen.has(window), `window ${window} advised once`);
+        seen.add(window);
+      }
+      // Every window of every segment the reader crossed, after the first one.
+      const segments = Math.ceil(store.maxOffset / SEGMENT_BYTES);
+      for (let s = 0; s < segments; s++) {
+        const segmentEnd = Math.min(SEGMENT_BYTES, store.maxOffset - s * SEGMENT_BYTES);
+        for (let w = 1; w * windowBytes < segmentEnd; w++) {
+          assert.ok(seen.has(`${s * SEGMENT_BYTES}/${w}`), `window ${w} of segment ${s}`);
+        }
+      }
+
+      // A second pass of the same reader advises again (an offset reset).
+      const before = calls.length;
+      await store.getMessages("T", 0, 0, 4);
+      assert.ok(calls.length > before);
+      // Data in the page cache is never advised.
+      cold.value = false;
+      const warm = calls.length;
+      for (let q = 0; q < 200;) q = (await store.getMessages("T", 0, q, 4)).nextQueueOffset;
+      assert.equal(calls.length, warm);
+    } finally {
+      await store.close();
     }
   });
 });

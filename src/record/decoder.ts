@@ -1,7 +1,9 @@
 /**
  * Reading records: a checker that classifies the bytes at a position
- * without making strings (the scan and recovery path), and a decoder that
- * materialises a {@link DecodedMessage}.
+ * without making strings (the scan and recovery path), a decoder that
+ * materialises a {@link DecodedMessage}, and the read path's lighter check
+ * ({@link isMessageRecordAt}: is the record a consume-queue unit points at
+ * really there?), whose records `LazyMessage` decodes on access.
  *
  * Neither ever throws on bytes nor reads outside the buffer. The bytes at a
  * position are one of:
@@ -32,6 +34,7 @@ import {
   BORN_TIMESTAMP_POSITION,
   FLAG_POSITION,
   HOST_V4_SIZE_BYTES,
+  HOST_V6_EXTRA_BYTES,
   HOST_V6_SIZE_BYTES,
   MAGIC_POSITION,
   MESSAGE_MAGIC_CODE,
@@ -49,10 +52,8 @@ import {
 } from "./constants.ts";
 import { bodyCrc } from "./crc32.ts";
 import { tagsCodeOf } from "./hash_code.ts";
-import { formatHostField } from "./host_address.ts";
 import type { DecodedMessage } from "./message.ts";
-import { hexOf } from "./msg_id.ts";
-import { latin1Text } from "./_text.ts";
+import { bornHosts, offsetHex, storeHosts, topicOf } from "./_field_text.ts";
 import { checkPropertiesBytes, parsePropertyPairs, propertiesMapOf } from "./properties.ts";
 
 /** Why the bytes at a position are not a valid record. */
@@ -437,6 +438,74 @@ export class RecordChecker {
 }
 
 /**
+ * The read path's check: whether a MESSAGE record of exactly `size` bytes,
+ * whose physicalOffset field is `offset`, starts at `bytes[position]`, with
+ * length fields that add up to its size and a well-formed topic. It guards
+ * against a consume-queue unit that points at the wrong bytes; it does not
+ * redo what recovery and the writer checked (properties syntax, body CRC:
+ * RocketMQ checks neither on reads either), and what it lets through
+ * decodes without reading outside the record. Never throws on bytes.
+ *
+ * @example
+ * ```ts
+ * import { isMessageRecordAt } from "./decoder.ts";
+ * import { encodeMessage } from "./encoder.ts";
+ *
+ * const record = encodeMessage({ topic: "T", queueId: 1, body: new Uint8Array([7]) });
+ * console.log(isMessageRecordAt(record, 0, 0, record.length)); // true
+ * console.log(isMessageRecordAt(record, 0, 64, record.length)); // false: another offset
+ * ```
+ *
+ * @param bytes The buffer.
+ * @param position Where the record should start.
+ * @param offset Its commit-log offset.
+ * @param size Its size (from the consume queue, or its own totalSize).
+ * @returns Whether the record is there.
+ */
+export function isMessageRecordAt(
+  bytes: Uint8Array,
+  position: number,
+  offset: number,
+  size: number,
+): boolean {
+  if (
+    !(position >= 0 && size >= RECORD_SIZE_MIN_BYTES && size <= bytes.length - position)
+  ) {
+    return false;
+  }
+  const d = dataViewOf(bytes);
+  if (
+    d.getInt32(position + TOTAL_SIZE_POSITION) !== size ||
+    d.getInt32(position + MAGIC_POSITION) !== MESSAGE_MAGIC_CODE ||
+    getInt64(d, position + PHYSICAL_OFFSET_POSITION) !== offset
+  ) {
+    return false;
+  }
+  const sysFlag = d.getInt32(position + SYS_FLAG_POSITION);
+  const extra = ((sysFlag & SYS_FLAG_BORN_HOST_V6) === 0 ? 0 : HOST_V6_EXTRA_BYTES) +
+    ((sysFlag & SYS_FLAG_STORE_HOST_V6) === 0 ? 0 : HOST_V6_EXTRA_BYTES);
+  const end = position + size;
+  const bodyPosition = position + BODY_POSITION_V4 + extra;
+  // Room for the body, then topicLength (1) and propertiesLength (2).
+  if (bodyPosition + 3 > end) return false;
+  const bodyLength = d.getInt32(bodyPosition - 4);
+  if (bodyLength < 0 || bodyLength > end - bodyPosition - 3) return false;
+  const topicPosition = bodyPosition + bodyLength + 1;
+  const topicLength = bytes[topicPosition - 1]!;
+  if (
+    topicLength === 0 || topicLength > TOPIC_LENGTH_MAX_BYTES ||
+    topicLength > end - topicPosition - 2
+  ) {
+    return false;
+  }
+  const topicEnd = topicPosition + topicLength;
+  for (let i = topicPosition; i < topicEnd; i++) {
+    if (TOPIC_BYTES[bytes[i]!] === 0) return false;
+  }
+  return d.getInt16(topicEnd) === end - topicEnd - 2;
+}
+
+/**
  * Classifies the bytes at `position` into a new {@link RecordView}.
  *
  * @param bytes The buffer.
@@ -456,74 +525,6 @@ export function checkRecord(
     options.checkCrc ?? true,
     new RecordView(),
   );
-}
-
-/**
- * One-entry cache of the text of a host field: consecutive records mostly
- * share their born and store hosts, and comparing 8 or 20 bytes costs less
- * than formatting them.
- */
-class HostTextCache {
-  /** The cached field's bytes (IP + port). */
-  readonly #field = new Uint8Array(HOST_V6_SIZE_BYTES);
-  /** Length of the cached field: 0 (empty), 8 or 20. */
-  #length = 0;
-  /** `"ip:port"` of the cached field. */
-  text = "";
-  /** Uppercase hex of the cached field (the offsetMsgId prefix). */
-  hex = "";
-
-  /** Makes `text` and `hex` those of the field at `bytes[position]`. */
-  load(bytes: Uint8Array, position: number, length: number): void {
-    const field = this.#field;
-    if (length === this.#length) {
-      let i = 0;
-      while (i < length && field[i] === bytes[position + i]) i++;
-      if (i === length) return;
-    }
-    for (let i = 0; i < length; i++) field[i] = bytes[position + i]!;
-    this.#length = length;
-    this.text = formatHostField(bytes, position, length);
-    this.hex = hexOf(bytes, position, position + length);
-  }
-}
-
-const bornHosts = new HostTextCache();
-const storeHosts = new HostTextCache();
-
-// One-entry cache: consecutive records mostly share a topic.
-let cachedTopic = "";
-
-function topicOf(bytes: Uint8Array, position: number, length: number): string {
-  const cached = cachedTopic;
-  if (cached.length === length) {
-    let i = 0;
-    while (i < length && cached.charCodeAt(i) === bytes[position + i]) i++;
-    if (i === length) return cached;
-  }
-  // The checker allowed ASCII only.
-  cachedTopic = latin1Text(bytes, position, position + length);
-  return cachedTopic;
-}
-
-const TWO_POW_32 = 0x1_0000_0000;
-
-/** Uppercase hex of each byte value. */
-const HEX: readonly string[] = Array.from(
-  { length: 256 },
-  (_, byte) => byte.toString(16).toUpperCase().padStart(2, "0"),
-);
-
-/** Uppercase hex of a uint32, 8 characters (table lookups: no toString). */
-function hex8(value: number): string {
-  return HEX[value >>> 24]! + HEX[(value >>> 16) & 0xFF]! + HEX[(value >>> 8) & 0xFF]! +
-    HEX[value & 0xFF]!;
-}
-
-/** Uppercase hex of a non-negative offset as an int64 (16 characters). */
-function offsetHex(offset: number): string {
-  const high = Math.floor(offset / TWO_POW_32);
-  return hex8(high >>> 0) + hex8((offset - high * TWO_POW_32) >>> 0);
 }
 
 /**

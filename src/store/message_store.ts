@@ -20,22 +20,15 @@
  * @module
  */
 
-import { CommitLog } from "../commit_log/commit_log.ts";
+import { CommitLog, type PutAnswer } from "../commit_log/commit_log.ts";
 import type { PutMessageResult } from "../commit_log/put_message_result.ts";
 import { StoreCheckpoint } from "../commit_log/store_checkpoint.ts";
 import { StoreStats, type StoreStatsSnapshot } from "../commit_log/store_stats.ts";
+import { totalmem } from "node:os";
 import { MqStoreError } from "../errors.ts";
-import {
-  checkRecord,
-  decodeMessageView,
-  indexKeysOf,
-  type MessageInput,
-  parseOffsetMsgId,
-  tagsCodeOf,
-} from "../record/mod.ts";
+import { indexKeysOf, type MessageInput, parseOffsetMsgId, tagsCodeOf } from "../record/mod.ts";
 import { createPort } from "../runtime/mod.ts";
 import type { DirectoryLock, RuntimePort } from "../runtime/port.ts";
-import type { MappedFile } from "../segment/mapped_file.ts";
 import { ConsumeQueueFlushService } from "./consume_queue_flush_service.ts";
 import { ConsumeQueueTable } from "./consume_queue_table.ts";
 import { Dispatcher } from "./dispatcher.ts";
@@ -51,14 +44,34 @@ import { IndexService } from "./index_service.ts";
 import { type MessageStoreOptions, type ResolvedStoreOptions, resolveOptions } from "./options.ts";
 import { type RetentionReport, RetentionService } from "./retention_service.ts";
 import { recoveryStart } from "./_recovery_start.ts";
+import { ReadAhead } from "./_read_ahead.ts";
+import { PageReader } from "./_page_reader.ts";
 
-/** What the commit-log recovery of the last open found. */
+/**
+ * What the commit-log recovery of the last open found.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { MessageStore } from "./message_store.ts";
+ *
+ * const store = await MessageStore.open("/store", { port: new MemoryPort("node") });
+ * const { clean, maxOffset, endKind } = store.recovery;
+ * console.log(clean, maxOffset, endKind);
+ * await store.close();
+ * ```
+ */
 export interface RecoveryReport {
   /** Whether the previous close was clean (no `abort` marker). */
   clean: boolean;
   /** Where the log ends. */
   maxOffset: number;
-  /** Records walked. */
+  /**
+   * Records walked: every record, except in a store whose consume queues
+   * give the queue offsets, where only the verified segments are read:
+   * the last three after a clean close, from the segment holding the
+   * checkpoint's flushed offset after a crash.
+   */
   messageCount: number;
   /** `end`: zeros after the last record; `full`: the log ends a segment; `invalid`: cut at a bad record. */
   endKind: "end" | "invalid" | "full";
@@ -68,7 +81,21 @@ export interface RecoveryReport {
   dispatchedFrom: number;
 }
 
-/** One consume queue, as {@link MessageStore.queues} lists it. */
+/**
+ * One consume queue, as {@link MessageStore.queues} lists it.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { MessageStore } from "./message_store.ts";
+ *
+ * const store = await MessageStore.open("/store", { port: new MemoryPort("node") });
+ * for (const queue of store.queues()) {
+ *   console.log(queue.topic, queue.queueId, queue.maxQueueOffset - queue.minQueueOffset);
+ * }
+ * await store.close();
+ * ```
+ */
 export interface QueueInfo {
   /** The topic. */
   topic: string;
@@ -80,7 +107,26 @@ export interface QueueInfo {
   maxQueueOffset: number;
 }
 
-/** Options of {@link MessageStore.subscribe}. */
+/**
+ * Options of {@link MessageStore.subscribe}.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "../runtime/mod.ts";
+ * import { MessageStore } from "./message_store.ts";
+ *
+ * const store = await MessageStore.open("/store", { port: new MemoryPort("node") });
+ * const body = new TextEncoder().encode("hi");
+ * await store.putMessage({ topic: "Orders", queueId: 0, body, properties: { TAGS: "created" } });
+ * const controller = new AbortController();
+ * const options = { signal: controller.signal, tags: ["created"] };
+ * for await (const message of store.subscribe("Orders", 0, 0, options)) {
+ *   console.log(message.queueOffset); // 0
+ *   controller.abort();
+ * }
+ * await store.close();
+ * ```
+ */
 export interface SubscribeOptions {
   /**
    * Ends the iteration (cleanly, without an error) when aborted.
@@ -100,10 +146,18 @@ function join(directory: string, name: string): string {
   return directory.endsWith("/") ? directory + name : `${directory}/${name}`;
 }
 
-/** Recovery writes the checkpoint at least every this many re-dispatched bytes. */
-const RECOVERY_CHECKPOINT_INTERVAL_BYTES = 0x400_0000;
-/** Units one getMessages call looks at, at most (RocketMQ's maxFilterMessageCount). */
-const MAX_FILTER_MESSAGE_COUNT = 16_000;
+/**
+ * Bytes a record holds beyond its body, at most: the fixed part with two
+ * IPv6 hosts, the topic and the properties (below 32 KiB), rounded up.
+ */
+const RECORD_OVERHEAD_BYTES_MAX = 0x1_0000;
+/** The dispatcher's read window where the port cannot map, at least. */
+const DISPATCH_WINDOW_BYTES_MIN = 0x80_0000;
+/**
+ * Units one getMessages call looks at, at least (RocketMQ's
+ * maxFilterMessageCount: 16,000 bytes of 20-byte units, or maxCount units).
+ */
+const MAX_FILTER_UNIT_COUNT = 16_000 / 20;
 /** Messages one subscription read asks for. */
 const SUBSCRIBE_BATCH_COUNT = 32;
 /** Size of a consume-queue unit. */
@@ -130,6 +184,7 @@ const HOURS_MS = 3_600_000;
  *   properties: { TAGS: "created", KEYS: "order-1" },
  * });
  * console.log(r.status, r.appendResult?.wroteOffset); // PUT_OK 0
+ * await store.whenDispatched(store.maxOffset); // reads see dispatched messages
  * const page = await store.getMessages("Orders", 0, 0, 32);
  * console.log(page.status, page.messages.length); // FOUND 1
  * await store.close();
@@ -168,6 +223,13 @@ export class MessageStore {
   /** Close started: puts are refused, reads still served. */
   #refusingPuts = false;
   #closed = false;
+  /** Prefetches ahead of getMessages readers. */
+  #readAhead: ReadAhead;
+  /**
+   * How far behind the log end a message still counts as in memory:
+   * accessMessageInMemoryMaxRatio percent of RAM (RocketMQ's rule).
+   */
+  #inMemoryReachBytes: number;
   #onPutBound = (result: PutMessageResult): PutMessageResult => this.#onPut(result);
   #onPutErrorBound = (error: unknown): never => {
     this.#putDone();
@@ -202,6 +264,12 @@ export class MessageStore {
     this.#dispatcher = parts.dispatcher;
     this.#sync = options.flushDiskType === "SYNC_FLUSH";
     this.recovery = recovery;
+    this.#inMemoryReachBytes = Math.floor(totalmem() * options.accessMessageInMemoryMaxRatio / 100);
+    const commitLogQueue = parts.commitLog.queue;
+    this.#readAhead = new ReadAhead({
+      findFile: (offset) => commitLogQueue.findMappedFileByOffset(offset),
+      windowBytes: readAheadWindowBytes(options.mappedFileSizeCommitLog),
+    });
     const dispatcher = parts.dispatcher;
     this.#flushService = new ConsumeQueueFlushService({
       consumeQueues: parts.consumeQueues,
@@ -299,8 +367,11 @@ export class MessageStore {
         });
         await index.load(clean, checkpoint.indexMsgTimestamp);
       }
-      const consumeQueueEnd = await consumeQueues.recover();
+      const consumeQueueEnd = await consumeQueues.recover({ afterCrash: !clean });
       if (!readOnly) await removeEmptySegments(port, join(directory, "commitlog"));
+      // Set once built: a commit that makes write-buffer bytes readable
+      // wakes the dispatcher (transient store pool, no mmap).
+      let follower: Dispatcher | undefined;
       commitLog = new CommitLog({
         ...resolved,
         port,
@@ -308,8 +379,17 @@ export class MessageStore {
         delayLevelCount: resolved.delayLevelsMs.length,
         checkpoint,
         stats,
+        onReadable: () => follower?.wakeup(),
       });
-      const scan = await commitLog.loadAndRecover(clean);
+      // For an mqstore store whose consume queues are there, the queue
+      // offsets come from them (below, as RocketMQ; after a crash once
+      // re-dispatch has brought them to the log end): the segments before
+      // the verified ones need not be read. A RocketMQ checkpoint (no
+      // mqstore block) or missing queues: walk them all. Read-only opens
+      // walk them too (tools report the records scanned).
+      const tableFromConsumeQueues = !readOnly && checkpoint.consumeQueueOffset >= 0 &&
+        consumeQueueEnd >= 0;
+      const scan = await commitLog.loadAndRecover(clean, { tableFromConsumeQueues });
       const endOffset = commitLog.maxOffset;
       const minOffset = commitLog.minOffset;
       const start = await recoveryStart({
@@ -325,28 +405,36 @@ export class MessageStore {
       const sync = resolved.flushDiskType === "SYNC_FLUSH";
       // Set once built: the dispatcher wakes its subscribers.
       let store: MessageStore | undefined = undefined;
+      const recordBytesMax = resolved.maxMessageSize + RECORD_OVERHEAD_BYTES_MAX;
       const makeDispatcher = (fromOffset: number) =>
         new Dispatcher({
           commitLog: log.queue,
-          limit: () => sync ? log.flushedOffset : log.maxOffset,
+          // Never past what readers may see: with a write buffer (the
+          // pool, no mmap) appended bytes become readable at the commit.
+          limit: () => sync ? log.flushedOffset : log.readableOffset,
           consumeQueues: consumeQueues!,
           index,
           delayLevelsMs: resolved.delayLevelsMs,
           fromOffset,
           indexSkipThrough: start.indexSkipThrough,
-          windowBytes: Math.max(0x80_0000, resolved.maxMessageSize + 0x1000),
+          windowBytes: Math.max(DISPATCH_WINDOW_BYTES_MIN, recordBytesMax),
           onDispatched: () => {
             if (store !== undefined) store.#wakeDispatchWaiters();
           },
-          onError: (error) =>
+          onError: (error) => {
             resolved.onWarning(
-              `mqstore: dispatch into the consume queues of ${directory} stopped: ${error.message}`,
-            ),
+              `mqstore: dispatch into the consume queues of ${directory} stopped (puts are refused until reopened): ${error.message}`,
+            );
+            // whenDispatched() callers learn of the failure.
+            if (store !== undefined) store.#wakeDispatchWaiters();
+          },
         });
       let dispatcher = makeDispatcher(start.fromOffset);
+      // Each step holds at least one whole record, so every step progresses.
+      const stepBytes = Math.max(resolved.recoveryCheckpointIntervalBytes, recordBytesMax);
       if (!readOnly) {
         try {
-          await redispatch(dispatcher, endOffset, consumeQueues, index, checkpoint);
+          await redispatch(dispatcher, endOffset, stepBytes, consumeQueues, index, checkpoint);
         } catch (error) {
           if (!(error instanceof RangeError)) throw error;
           // A consume queue lacks units before the start (a checkpoint that
@@ -355,7 +443,7 @@ export class MessageStore {
             `mqstore: re-dispatch from ${start.fromOffset} found a gap (${error.message}); replaying from ${minOffset}`,
           );
           dispatcher = makeDispatcher(minOffset);
-          await redispatch(dispatcher, endOffset, consumeQueues, index, checkpoint);
+          await redispatch(dispatcher, endOffset, stepBytes, consumeQueues, index, checkpoint);
         }
         // After re-dispatch, as RocketMQ: a queue whose units were all lost
         // must not take the log end as its last unit's end, or re-dispatch
@@ -385,6 +473,7 @@ export class MessageStore {
       );
       if (!readOnly) {
         await store.checkDiskSpace();
+        follower = dispatcher;
         commitLog.start();
         dispatcher.start();
         store.#flushService.start();
@@ -407,9 +496,16 @@ export class MessageStore {
    * with a TypeError for a wrong argument type only.
    */
   putMessage(message: MessageInput): Promise<PutMessageResult> {
-    if (this.#refusingPuts) return Promise.resolve(this.#refusal());
-    this.#putsInFlight++;
-    return this.#commitLog.putMessage(message).then(this.#onPutBound, this.#onPutErrorBound);
+    if (this.#refusingPuts || this.#dispatcher.failure !== undefined) {
+      return Promise.resolve(this.#refusal());
+    }
+    let answer: PutAnswer;
+    try {
+      answer = this.#commitLog.putMessageNow(message);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#settle(answer);
   }
 
   /**
@@ -417,32 +513,75 @@ export class MessageStore {
    * records with consecutive queue offsets, all in one segment.
    */
   putMessages(messages: readonly MessageInput[]): Promise<PutMessageResult> {
-    if (this.#refusingPuts) return Promise.resolve(this.#refusal());
-    this.#putsInFlight++;
-    return this.#commitLog.putMessages(messages).then(this.#onPutBound, this.#onPutErrorBound);
+    if (this.#refusingPuts || this.#dispatcher.failure !== undefined) {
+      return Promise.resolve(this.#refusal());
+    }
+    let answer: PutAnswer;
+    try {
+      answer = this.#commitLog.putMessagesNow(messages);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#settle(answer);
   }
 
+  /**
+   * The promise a put returns. Most ASYNC_FLUSH puts are answered in the
+   * caller's turn: their result is wrapped as it is, with no reaction
+   * chained (each costs about as much as the append itself); a put that
+   * waits (queued, or a sync flush) is tracked until it settles.
+   */
+  #settle(answer: PutAnswer): Promise<PutMessageResult> {
+    if (answer instanceof Promise) {
+      this.#putsInFlight++;
+      return answer.then(this.#onPutBound, this.#onPutErrorBound);
+    }
+    return Promise.resolve(this.#afterPut(answer));
+  }
+
+  /**
+   * The answer to a put the store refuses: it is closing, or dispatch into
+   * the consume queues and the index failed. After a dispatch failure the
+   * log must not grow past what consumers can find: puts stop until a
+   * reopen re-dispatches the rest (reads keep being served).
+   */
   #refusal(): PutMessageResult {
+    const failure = this.#dispatcher.failure;
+    this.#stats.recordFailure("SERVICE_NOT_AVAILABLE");
     return {
       status: "SERVICE_NOT_AVAILABLE",
-      error: new MqStoreError(
-        "SERVICE_NOT_AVAILABLE",
-        `Cannot put into ${this.directory}: the store is closed`,
-      ),
+      error: this.#refusingPuts || failure === undefined
+        ? new MqStoreError(
+          "SERVICE_NOT_AVAILABLE",
+          `Cannot put into ${this.directory}: the store is closed`,
+        )
+        : new MqStoreError(
+          "SERVICE_NOT_AVAILABLE",
+          `Cannot put into ${this.directory}: dispatch into the consume queues and the index failed at commit-log offset ${this.#dispatcher.dispatchedOffset} (${failure.message}); reopen the store`,
+          { cause: failure },
+        ),
     };
   }
 
-  /** After a put: wake the dispatcher once the record may be dispatched. */
+  /** A tracked put settled (see {@link MessageStore.#settle}). */
   #onPut(result: PutMessageResult): PutMessageResult {
     this.#putDone();
+    return this.#afterPut(result);
+  }
+
+  /**
+   * After a put: dispatch once the record may be dispatched, in step with
+   * the put (a bounded synchronous slice; the loop does what needs I/O).
+   */
+  #afterPut(result: PutMessageResult): PutMessageResult {
     const append = result.appendResult;
     if (append !== undefined) {
       const end = append.wroteOffset + append.wroteBytes;
       if (!this.#sync || this.#commitLog.flushedOffset >= end) {
-        this.#dispatcher.wakeup();
+        this.#dispatcher.dispatchNow();
       } else {
         // WAIT=false or a flush timeout: dispatch once it is durable.
-        this.#commitLog.whenFlushed(end).then(() => this.#dispatcher.wakeup(), () => {});
+        this.#commitLog.whenFlushed(end).then(() => this.#dispatcher.dispatchNow(), () => {});
       }
     }
     return result;
@@ -523,13 +662,14 @@ export class MessageStore {
   /**
    * The message stored at commit-log offset `offset`, or undefined when no
    * record starts there (or it is not readable yet: under SYNC_FLUSH only
-   * flushed records are served).
+   * flushed records are served). A copy, decoded on access (see
+   * {@link StoredMessage}).
    *
    * @throws {RangeError} For an offset that is not a non-negative integer.
    */
   getMessage(offset: number): Promise<StoredMessage | undefined> {
     checkOffset("offset", offset);
-    return this.#readMessage(offset, undefined);
+    return this.#readMessage(offset);
   }
 
   /**
@@ -540,7 +680,7 @@ export class MessageStore {
    */
   async getMessageByMsgId(msgId: string): Promise<StoredMessage | undefined> {
     const parsed = parseOffsetMsgId(msgId);
-    const message = await this.#readMessage(parsed.physicalOffset, undefined);
+    const message = await this.#readMessage(parsed.physicalOffset);
     return message !== undefined && message.msgId === msgId.toUpperCase() ? message : undefined;
   }
 
@@ -577,6 +717,14 @@ export class MessageStore {
    * Up to `maxCount` messages of a queue from `queueOffset` (RocketMQ's
    * `getMessage`): the status says why none came, and `nextQueueOffset`
    * where to read next (RocketMQ's nextBeginOffset rules on a master).
+   * A pull is also bounded as RocketMQ bounds it: by
+   * `maxTransferBytesOnMessageInMemory`/`maxTransferCountOnMessageInMemory`,
+   * or the `…InDisk` pair for messages further behind the log end than
+   * `accessMessageInMemoryMaxRatio` percent of RAM; `options.maxBytes`
+   * replaces both. One message always goes, however large. Sequential
+   * readers get the commit log read ahead of them (`WILLNEED`). The
+   * messages share one copy of their records and decode on access (see
+   * {@link StoredMessage}); CRCs are not checked on reads, as in RocketMQ.
    *
    * @throws {RangeError} For a negative or fractional offset or count.
    */
@@ -627,8 +775,14 @@ export class MessageStore {
       ? undefined
       : new Set(options.tags.map((tag) => tagsCodeOf(tag)));
     const tags = options.tags === undefined ? undefined : new Set(options.tags);
+    const maxBytes = options.maxBytes;
+    if (maxBytes !== undefined && (!Number.isSafeInteger(maxBytes) || maxBytes <= 0)) {
+      throw new RangeError(`maxBytes is ${maxBytes}; it must be a positive integer`);
+    }
     const readableEnd = this.#readableEnd();
-    const filterMax = Math.max(MAX_FILTER_MESSAGE_COUNT, maxCount);
+    // RocketMQ's "in memory or on disk" reference: the log end as the call starts.
+    const logEnd = this.#commitLog.maxOffset;
+    const filterMax = Math.max(MAX_FILTER_UNIT_COUNT, maxCount);
     const units = await cq.readUnits(queueOffset, Math.min(filterMax, maxOffset - queueOffset));
     if (units === undefined) {
       const perFile = this.#options.mappedFileSizeConsumeQueue / CQ_UNIT_BYTES;
@@ -639,34 +793,75 @@ export class MessageStore {
     result.status = "NO_MATCHED_MESSAGE";
     let i = 0;
     let skipBelow = -1;
+    let bytesTotal = 0;
+    let readEnd = -1;
+    // Each segment is held once for the whole page, each record checked in
+    // place and copied out with the others (see _page_reader.ts).
+    const reader = new PageReader(this.#commitLog.queue, readableEnd);
     try {
       for (; i < units.count; i++) {
-        if (result.messages.length >= maxCount) break;
+        const count = reader.count;
+        if (count >= maxCount) break;
         const offset = units.commitLogOffsetAt(i);
         const size = units.sizeAt(i);
         // A unit past what may be served (read-only beside a crash, or not
         // flushed yet): the queue ends here for now.
         if (offset + size > readableEnd) break;
         if (offset < skipBelow) continue;
+        // Checked before the tags filter, as RocketMQ's isTheBatchFull: the
+        // first message always goes, however large.
+        if (count > 0 && this.#batchFull(bytesTotal + size, count, logEnd - offset, maxBytes)) {
+          break;
+        }
         if (tagsCodes !== undefined && !tagsCodes.has(units.tagsCodeAt(i))) continue;
-        const message = await this.#readMessage(offset, size);
-        if (message === undefined) {
-          if (result.messages.length === 0) result.status = "MESSAGE_WAS_REMOVING";
+        // A promise only on ports that cannot map.
+        const added = reader.add(offset, size);
+        if (!(added === true || (added !== false && await added))) {
+          if (reader.count === 0) result.status = "MESSAGE_WAS_REMOVING";
           // The segment is gone: skip to the next one.
           const fileSize = this.#commitLog.fileSizeBytes;
           skipBelow = offset + fileSize - offset % fileSize;
           continue;
         }
-        if (tags !== undefined && !tags.has(message.properties.get("TAGS") ?? "")) continue;
-        result.messages.push(message);
+        readEnd = offset + size;
+        if (tags !== undefined && !tags.has(reader.lastTags() ?? "")) {
+          reader.dropLast();
+          continue;
+        }
+        bytesTotal += size;
         result.status = "FOUND";
         skipBelow = -1;
       }
+      result.messages = reader.messages();
     } finally {
+      reader.release();
       units.release();
     }
     result.nextQueueOffset = queueOffset + i;
+    if (readEnd >= 0) this.#readAhead.afterRead(cq, readEnd);
     return result;
+  }
+
+  /**
+   * RocketMQ's `isTheBatchFull` for a call that holds `count` messages
+   * already: would `bytesTotal` (with the next one) or one more message pass
+   * the limit of its tier? The next message is "on disk" when it lies more
+   * than `accessMessageInMemoryMaxRatio` percent of RAM behind the log end.
+   * A per-call `maxBytes` replaces both tiers.
+   */
+  #batchFull(
+    bytesTotal: number,
+    count: number,
+    behindEndBytes: number,
+    maxBytes: number | undefined,
+  ): boolean {
+    if (maxBytes !== undefined) return bytesTotal > maxBytes;
+    const options = this.#options;
+    return behindEndBytes > this.#inMemoryReachBytes
+      ? bytesTotal > options.maxTransferBytesOnMessageInDisk ||
+        count >= options.maxTransferCountOnMessageInDisk
+      : bytesTotal > options.maxTransferBytesOnMessageInMemory ||
+        count >= options.maxTransferCountOnMessageInMemory;
   }
 
   /**
@@ -702,7 +897,7 @@ export class MessageStore {
     for (const offset of found.phyOffsets) {
       if (seen.has(offset)) continue;
       seen.add(offset);
-      const message = await this.#readMessage(offset, undefined);
+      const message = await this.#readMessage(offset);
       if (
         message !== undefined && message.topic === topic &&
         indexKeysOf(message.sysFlag, message.properties).includes(key)
@@ -776,6 +971,8 @@ export class MessageStore {
   }
 
   #wakeDispatchWaiters(): void {
+    // Called after every put's dispatch: no copy when nobody waits.
+    if (this.#dispatchWaiters.size === 0) return;
     for (const wake of [...this.#dispatchWaiters]) wake();
   }
 
@@ -784,39 +981,20 @@ export class MessageStore {
     return this.#sync && !this.readOnly ? this.#commitLog.flushedOffset : this.#commitLog.maxOffset;
   }
 
-  /** Reads and decodes the record at `offset` (of `size` bytes when known), copying its bytes. */
-  async #readMessage(offset: number, size: number | undefined): Promise<StoredMessage | undefined> {
+  /**
+   * Reads the record at `offset`: checked in place (no CRC, as RocketMQ
+   * reads), copied once, decoded on access (a LazyMessage).
+   */
+  async #readMessage(offset: number): Promise<StoredMessage | undefined> {
     if (this.#closed) return undefined;
-    const file: MappedFile | undefined = this.#commitLog.queue.findMappedFileByOffset(offset);
-    if (file === undefined) return undefined;
-    const position = offset - file.fileFromOffset;
-    let recordSize = size;
-    if (recordSize === undefined) {
-      if (offset + 4 > this.#readableEnd()) return undefined;
-      const head = await file.selectRange(position, 4);
-      if (head === undefined) return undefined;
-      const bytes = head.bytes;
-      recordSize = (bytes[0]! << 24) | (bytes[1]! << 16) | (bytes[2]! << 8) | bytes[3]!;
-      head.release();
-    }
-    if (
-      recordSize <= 0 || position + recordSize > file.fileSizeBytes ||
-      offset + recordSize > this.#readableEnd()
-    ) {
-      return undefined;
-    }
-    const range = await file.selectRange(position, recordSize);
-    if (range === undefined) return undefined;
+    const reader = new PageReader(this.#commitLog.queue, this.#readableEnd());
     try {
-      const view = checkRecord(range.bytes, 0, { expectedOffset: offset, checkCrc: false });
-      if (view.kind !== "message" || view.size !== recordSize) return undefined;
-      const message = decodeMessageView(range.bytes, view);
-      // Copies: the segment may be deleted while the caller holds the message.
-      message.body = message.body.slice();
-      message.propertiesRaw = message.propertiesRaw.slice();
-      return message;
+      // A promise only on ports that cannot map.
+      const added = reader.add(offset, -1);
+      if (!(added === true || (added !== false && await added))) return undefined;
+      return reader.messages()[0];
     } finally {
-      range.release();
+      reader.release();
     }
   }
 
@@ -960,6 +1138,15 @@ export class MessageStore {
   }
 }
 
+/** Largest read-ahead window: 2 to 4 MiB are advised ahead of a reader. */
+const READ_AHEAD_WINDOW_BYTES_MAX = 0x20_0000;
+
+/** The read-ahead window for a segment size: at most a quarter segment, whole pages. */
+function readAheadWindowBytes(segmentBytes: number): number {
+  const quarter = Math.floor(segmentBytes / 4 / 0x1000) * 0x1000;
+  return Math.max(0x1000, Math.min(READ_AHEAD_WINDOW_BYTES_MAX, quarter));
+}
+
 /** Whether a status's nextQueueOffset skips ahead (a subscription follows it). */
 function moves(status: GetMessageStatus): boolean {
   return status === "OFFSET_TOO_SMALL" || status === "NO_MATCHED_MESSAGE" ||
@@ -977,12 +1164,15 @@ function checkOffset(name: string, value: number): void {
 }
 
 /**
- * Re-dispatches up to `endOffset`, writing the checkpoint as it goes so a
- * restart during a long recovery continues from where it was.
+ * Re-dispatches up to `endOffset`, writing the checkpoint at least every
+ * `stepBytes` (more than the largest record) as it goes, so a restart
+ * during a long recovery continues from where it was. A step's end may
+ * cut a record: the step stops before it, and the next one takes it.
  */
 async function redispatch(
   dispatcher: Dispatcher,
   endOffset: number,
+  stepBytes: number,
   consumeQueues: ConsumeQueueTable,
   index: IndexService | undefined,
   checkpoint: StoreCheckpoint,
@@ -1005,7 +1195,7 @@ async function redispatch(
   while (dispatcher.dispatchedOffset < endOffset) {
     const before = dispatcher.dispatchedOffset;
     await dispatcher.dispatchUpTo(
-      Math.min(endOffset, before + RECOVERY_CHECKPOINT_INTERVAL_BYTES),
+      Math.min(endOffset, before + stepBytes),
     );
     if (dispatcher.dispatchedOffset === before) {
       throw new MqStoreError(
