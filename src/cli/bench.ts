@@ -843,23 +843,33 @@ export function formatBenchReport(report: BenchReport): string {
 // ---------------------------------------------------------------------
 // The command
 
-/** The project root: holds node_modules/.bin. */
-const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
-const MAIN_SCRIPT = path.join(PROJECT_ROOT, "src", "cli", "main.ts");
+/** This module's directory: main.ts beside it in the repo, main.js in the npm package. */
+const CLI_DIRECTORY = path.dirname(fileURLToPath(import.meta.url));
+/** The CLI entry next to this file, in the same language as this file. */
+const MAIN_SCRIPT = path.join(
+  CLI_DIRECTORY,
+  import.meta.url.endsWith(".ts") ? "main.ts" : "main.js",
+);
+/** The repository root, whose node_modules/.bin holds deno and bun during development. */
+const PROJECT_ROOT = path.resolve(CLI_DIRECTORY, "..", "..");
 
-/** The command line that runs main.ts under `runtime`. */
+/** `name` from the project's node_modules/.bin when it is there, else from PATH. */
+function runtimeBinary(name: string): string {
+  const local = path.join(PROJECT_ROOT, "node_modules", ".bin", name);
+  return fs.existsSync(local) ? local : name;
+}
+
+/** The command line that runs the CLI under `runtime`. */
 function runtimeCommand(runtime: RuntimeName): [string, string[]] {
-  const bin = (name: string) => path.join(PROJECT_ROOT, "node_modules", ".bin", name);
+  // TypeScript sources need a loader on Node; the compiled package does not.
+  const nodeLoader = MAIN_SCRIPT.endsWith(".ts") ? ["--import", "tsx"] : [];
   switch (runtime) {
     case "deno":
-      return [bin("deno"), ["run", "-A", MAIN_SCRIPT]];
+      return [runtimeBinary("deno"), ["run", "-A", MAIN_SCRIPT]];
     case "bun":
-      return [bin("bun"), [MAIN_SCRIPT]];
+      return [runtimeBinary("bun"), [MAIN_SCRIPT]];
     case "node":
-      return [
-        runtimeName() === "node" ? process.execPath : "node",
-        ["--import", "tsx", MAIN_SCRIPT],
-      ];
+      return [runtimeName() === "node" ? process.execPath : "node", [...nodeLoader, MAIN_SCRIPT]];
   }
 }
 
