@@ -8,11 +8,18 @@
  * ```
  *
  * Segments before `verifyFromIndex` (a clean open verifies only the last
- * three) are walked for the table only, without CRCs, or not read at all
- * (`walkUnverified` false); a bad record there ends that segment's walk
- * without cutting the log. From `verifyFromIndex`
- * on, the first record that is not a valid MESSAGE or a BLANK filling the
- * rest of its segment ends the log.
+ * three; an unclean one starts at the checkpoint's segment) are walked for
+ * the table only, without CRCs, or not read at all (`walkUnverified`
+ * false); a bad record there ends that segment's walk without cutting the
+ * log. From `verifyFromIndex` on, the first record that is not a valid
+ * MESSAGE or a BLANK filling the rest of its segment ends the log; records
+ * ending at or before `trustedOffset` (durable before the checkpoint was
+ * written) are checked without their body CRC.
+ *
+ * Past the cut, an unclean open looks for stale bytes (a later page kept,
+ * an earlier one lost) up to `staleBytesMax` past the cut, or through the
+ * whole tail of the segment when the bound is unknown or the bytes found
+ * reach its last `staleGuardBytes`.
  *
  * @module
  */
@@ -56,6 +63,14 @@ export interface ScanOptions {
    * @default {true}
    */
   walkUnverified?: boolean;
+  /**
+   * Records of the verified segments that end at or before this offset
+   * are durable (the checkpoint says so) and are checked without their
+   * body CRC; the first record ending past it is verified whole.
+   *
+   * @default {-1}
+   */
+  trustedOffset?: number;
   /** Verify body CRCs (`checkCRCOnRecover`). */
   checkCrc: boolean;
   /** Receives the queue offsets seen. */
@@ -66,6 +81,21 @@ export interface ScanOptions {
    * open skips it, so the unwritten tail of a big segment is not paged in.
    */
   findDirtyTail: boolean;
+  /**
+   * With `findDirtyTail`: stale bytes can only lie below the cut plus this
+   * many bytes (see CommitLog.loadAndRecover); only those are read.
+   * Undefined: unknown, the whole tail of the segment is read.
+   */
+  staleBytesMax?: number;
+  /**
+   * With `staleBytesMax`: non-zero bytes in the last this many bytes of the
+   * bounded range mean the bound does not hold (data that no crash leaves,
+   * such as a record damaged in the middle of the log): the whole tail is
+   * read instead.
+   *
+   * @default {0}
+   */
+  staleGuardBytes?: number;
   /**
    * Window of positional reads where the port cannot map; at least the
    * largest record plus 8.
@@ -127,11 +157,10 @@ class SegmentWindow {
     this.base = position;
   }
 
-  /** Position after the last non-zero byte at or past `from` (`from` when none). */
-  async dirtyEnd(from: number): Promise<number> {
-    const size = this.#file.fileSizeBytes;
+  /** Position after the last non-zero byte of `[from, to)` (`from` when none). */
+  async dirtyEnd(from: number, to: number = this.#file.fileSizeBytes): Promise<number> {
     // Backwards, one window at a time, so a clean tail stops nothing early.
-    for (let end = size; end > from;) {
+    for (let end = to; end > from;) {
       const start = Math.max(from, end - this.#windowBytes);
       if (start < this.base || end > this.end) await this.slideTo(start);
       const found = dirtyEnd(this.bytes, start - this.base, end - this.base);
@@ -176,6 +205,25 @@ export function dirtyEnd(bytes: Uint8Array, from: number, to: number): number {
 }
 
 /**
+ * Position after the last stale byte past the cut at `position`: within
+ * `staleBytesMax` when known and the bytes found stay clear of its last
+ * `staleGuardBytes`, else within the whole tail.
+ */
+async function staleEnd(
+  window: SegmentWindow,
+  position: number,
+  size: number,
+  options: ScanOptions,
+): Promise<number> {
+  const bound = options.staleBytesMax;
+  if (bound === undefined || position + bound >= size) return await window.dirtyEnd(position);
+  const to = position + bound;
+  const found = await window.dirtyEnd(position, to);
+  if (found <= to - (options.staleGuardBytes ?? 0)) return found;
+  return await window.dirtyEnd(position);
+}
+
+/**
  * Walks the segments; see the module doc.
  *
  * @param files The loaded segments, oldest first, each readable whole.
@@ -197,6 +245,7 @@ export async function scanCommitLog(
     skippedSegments: [],
   };
   const walkUnverified = options.walkUnverified ?? true;
+  const trustedOffset = options.trustedOffset ?? -1;
   for (let index = 0; index < files.length; index++) {
     const file = files[index]!;
     const size = file.fileSizeBytes;
@@ -208,13 +257,25 @@ export async function scanCommitLog(
     const window = await SegmentWindow.open(file, options.windowBytes);
     try {
       const verify = index >= options.verifyFromIndex;
-      const checker = verify ? verifying : walking;
+      // Durable records of a verified segment: no body CRC. The record that
+      // straddles the trusted offset may be torn past it, so it is verified.
+      let trustedEnd = verify ? trustedOffset - file.fileFromOffset : size;
       let position = 0;
       let stop: RecordView | undefined;
       while (position < size) {
         const bytes = window.bytes;
         const at = position - window.base;
-        const view = checker.check(bytes, at, file.fileFromOffset + position);
+        let view = (position < trustedEnd ? walking : verifying).check(
+          bytes,
+          at,
+          file.fileFromOffset + position,
+        );
+        if (view.kind === "message" && position + view.size > trustedEnd && verify) {
+          if (position < trustedEnd) {
+            view = verifying.check(bytes, at, file.fileFromOffset + position);
+          }
+          trustedEnd = 0;
+        }
         if (view.kind === "message") {
           if (hasConsumeQueueEntry(view.sysFlag)) {
             const topic = topicOf(bytes, view.topicPosition, view.topicLength);
@@ -254,7 +315,7 @@ export async function scanCommitLog(
       result.cutOffset = file.fileFromOffset + position;
       result.cutFileIndex = index;
       result.dirtyEndPosition = stop.kind !== "end" || options.findDirtyTail
-        ? await window.dirtyEnd(position)
+        ? await staleEnd(window, position, size, options)
         : position;
       if (stop.kind === "end" && result.dirtyEndPosition === position) {
         result.endKind = "end";

@@ -66,6 +66,7 @@ import type { StoreStats } from "./store_stats.ts";
 import { type QueueCounter, TopicQueueTable } from "./topic_queue_table.ts";
 import { delayLevelOf, propertyOf, rewriteDelay } from "./_delay.ts";
 import { SCAN_WINDOW_BYTES_DEFAULT, scanCommitLog, type ScanResult } from "./_recovery.ts";
+import { timestampStartIndex } from "./timestamp_start.ts";
 
 /**
  * How the commit log is made durable: `ASYNC_FLUSH` answers a put once it
@@ -182,6 +183,16 @@ function failed(status: PutMessageResult["status"], error: MqStoreError): PutMes
 
 function statusOf(error: MqStoreError): PutMessageResult["status"] {
   return error.code === "PROPERTIES_SIZE_EXCEEDED" ? "PROPERTIES_SIZE_EXCEEDED" : "MESSAGE_ILLEGAL";
+}
+
+/** `fdatasync` of a file through a handle of its own (the page cache is per file, not per handle). */
+async function syncFile(port: RuntimePort, path: string): Promise<void> {
+  const handle = await port.openFile(path);
+  try {
+    await handle.datasync();
+  } finally {
+    await handle.close();
+  }
 }
 
 function typeName(value: unknown): string {
@@ -371,14 +382,20 @@ export class CommitLog {
   }
 
   /**
-   * Loads the segments and recovers the log: verifies records (from the
-   * third-last segment when `clean`, else from the first), rebuilds the
-   * topic-queue table, cuts the log at the first invalid record (later
+   * Loads the segments and recovers the log: verifies records, rebuilds
+   * the topic-queue table, cuts the log at the first invalid record (later
    * segments deleted, stale bytes after the cut zeroed and synced).
-   * `tableFromConsumeQueues` (clean only): the caller rebuilds the table
-   * from consume queues known to cover the log, so the segments before
-   * the verified ones are not read at all (open time and memory then do
-   * not grow with the message count).
+   * Verification starts at the third-last segment when `clean`; after a
+   * crash, at the segment holding the checkpoint's flushed offset (records
+   * ending before it are durable and skip their CRC), or by RocketMQ's
+   * timestamp rule for a checkpoint without mqstore's offsets.
+   * `tableFromConsumeQueues`: the caller rebuilds the table from consume
+   * queues that will cover the log, so the segments before the verified
+   * ones are not read at all (open time and memory then do not grow with
+   * the message count). Before it returns, the log up to the cut is
+   * durable and the checkpoint holds this writer's bounds, so that the
+   * checkpoint never claims more than is durable and a later recovery
+   * knows how far stale bytes can lie.
    *
    * @returns What the scan found.
    */
@@ -389,12 +406,18 @@ export class CommitLog {
     await this.#pool?.init();
     await this.queue.load();
     const files = this.queue.files;
+    const checkpoint = this.#options.checkpoint;
+    const verifyFromIndex = clean
+      ? Math.max(0, files.length - 3)
+      : await this.#uncleanVerifyFromIndex(files);
     const scan = await scanCommitLog(files, {
-      verifyFromIndex: clean ? Math.max(0, files.length - 3) : 0,
-      walkUnverified: !(clean && options.tableFromConsumeQueues === true),
+      verifyFromIndex,
+      walkUnverified: options.tableFromConsumeQueues !== true,
+      trustedOffset: clean ? -1 : checkpoint.commitLogOffset,
       checkCrc: this.#options.checkCRCOnRecover,
       table: this.topicQueueTable,
       findDirtyTail: !clean,
+      ...this.#staleBounds(),
       windowBytes: Math.max(SCAN_WINDOW_BYTES_DEFAULT, this.#windowBytes),
     });
     for (const name of scan.skippedSegments) {
@@ -414,12 +437,78 @@ export class CommitLog {
         // A stale record past the cut must never reappear after a later crash.
         await holder.zeroRange(cut - holder.fileFromOffset, scan.dirtyEndPosition);
       }
+      if (!clean) {
+        // The records up to the cut were read from the page cache: a crash
+        // of the process leaves its dirty pages there, unwritten. They are
+        // made durable before the checkpoint can claim them (it is written
+        // below, by re-dispatch and by the flushers, all with the cut).
+        const last = Math.min(scan.cutFileIndex, files.length - 1);
+        for (let i = Math.max(0, verifyFromIndex); i <= last; i++) {
+          await syncFile(this.#options.port, files[i]!.path);
+        }
+      }
     }
     this.queue.flushedWhere = cut;
     this.queue.committedWhere = cut;
     this.#startOffset = cut;
-    this.#options.checkpoint.commitLogOffset = cut;
+    checkpoint.commitLogOffset = cut;
+    if (!this.#options.readOnly) {
+      const putBytesMax = this.#recordMax;
+      if (
+        checkpoint.unflushedBytesMax !== this.#options.unflushedBytesMax ||
+        checkpoint.putBytesMax !== putBytesMax
+      ) {
+        // Before the first put: a crash of this writer is then recovered
+        // with its own bounds (the stale bytes of the previous writer, if
+        // any, were zeroed above with the previous bounds).
+        checkpoint.unflushedBytesMax = this.#options.unflushedBytesMax;
+        checkpoint.putBytesMax = putBytesMax;
+        await checkpoint.flush();
+      }
+    }
     return scan;
+  }
+
+  /**
+   * Where an unclean open starts verifying: the segment holding the
+   * checkpoint's flushed offset (mqstore's block), else RocketMQ's
+   * timestamp rule (a checkpoint written by RocketMQ), else the first.
+   */
+  async #uncleanVerifyFromIndex(files: readonly MappedFile[]): Promise<number> {
+    const trusted = this.#options.checkpoint.commitLogOffset;
+    if (trusted < 0) {
+      return Math.max(0, await timestampStartIndex(files, this.#options.checkpoint.minTimestamp));
+    }
+    // The flushers record only offsets they made durable (see their
+    // #flush), and never past the records appended, so every record
+    // ending at or before `trusted` is intact.
+    let index = 0;
+    while (index + 1 < files.length && files[index + 1]!.fileFromOffset <= trusted) index++;
+    return index;
+  }
+
+  /**
+   * How far past the cut stale bytes can lie after a crash of the writer
+   * that wrote the checkpoint (undefined when the checkpoint does not know
+   * its bounds: the whole tail is searched).
+   *
+   * Let F be the flushed offset at the crash, W the end of the appends.
+   * - W ≤ F + unflushedBytesMax + P, P = maxMessageSize + 8: the writer
+   *   checks the bound before each put, and one put appends at most one
+   *   record or batch (≤ maxMessageSize) after at most a BLANK header.
+   * - F ≤ cut + P: every byte below F is durable, so every record ending
+   *   at or below F is intact and passes verification; the scan stops no
+   *   earlier than the record that straddles F, less than P before it.
+   * So no byte at or past cut + unflushedBytesMax + 2P was ever written:
+   * those are zeros from fallocate. Non-zero bytes in a further guard of
+   * P bytes contradict this (a record damaged in the middle of the log,
+   * with intact records after it): the whole tail is searched then.
+   */
+  #staleBounds(): { staleBytesMax?: number; staleGuardBytes?: number } {
+    const { unflushedBytesMax, putBytesMax } = this.#options.checkpoint;
+    if (unflushedBytesMax < 0 || putBytesMax < 0) return {};
+    const put = putBytesMax + END_OF_FILE_RESERVE_BYTES;
+    return { staleBytesMax: unflushedBytesMax + 3 * put, staleGuardBytes: put };
   }
 
   /** Starts the allocator and the flush services. */

@@ -69,6 +69,24 @@ export const CHECKPOINT_INDEX_OFFSET_POSITION = 0x30;
 export const CHECKPOINT_EXTENSION_CRC_POSITION = 0x38;
 /** End of mqstore's block. */
 export const CHECKPOINT_EXTENSION_END = 0x3C;
+/**
+ * Position of mqstore's second block, the writer's bounds: a block of its
+ * own (magic, version, CRC) so that the first one keeps its layout and a
+ * reader that knows only the first still reads it.
+ */
+export const CHECKPOINT_BOUNDS_POSITION = 0x40;
+/** Magic of the bounds block: ASCII "MQSB". */
+export const CHECKPOINT_BOUNDS_MAGIC = 0x4D515342;
+/** Version of the bounds block. */
+export const CHECKPOINT_BOUNDS_VERSION = 0x01;
+/** Position of the writer's `unflushedBytesMax` (int64). */
+export const CHECKPOINT_UNFLUSHED_BYTES_MAX_POSITION = 0x48;
+/** Position of the writer's `maxMessageSize`, the most bytes one put appends (int64). */
+export const CHECKPOINT_PUT_BYTES_MAX_POSITION = 0x50;
+/** Position of the CRC-32 of `[0x40, 0x58)`. */
+export const CHECKPOINT_BOUNDS_CRC_POSITION = 0x58;
+/** End of the bounds block. */
+export const CHECKPOINT_BOUNDS_END = 0x5C;
 
 /**
  * Upper bounds (exclusive, ms) of RocketMQ's `putMessageDistributeTime`
@@ -110,4 +128,10 @@ assert(
 assert(
   CHECKPOINT_EXTENSION_CRC_POSITION === CHECKPOINT_INDEX_OFFSET_POSITION + 8,
   "the CRC follows the last offset",
+);
+assert(
+  CHECKPOINT_BOUNDS_POSITION >= CHECKPOINT_EXTENSION_END &&
+    CHECKPOINT_BOUNDS_CRC_POSITION === CHECKPOINT_PUT_BYTES_MAX_POSITION + 8 &&
+    CHECKPOINT_BOUNDS_END <= CHECKPOINT_SIZE_BYTES,
+  "the bounds block follows mqstore's first block inside 4 KiB, its CRC after its last field",
 );

@@ -11,11 +11,18 @@
  * 0x28 int64 consumeQueueOffset   commit-log offset dispatched into durable consume queues
  * 0x30 int64 indexOffset          commit-log offset dispatched into durable index files
  * 0x38 uint32 CRC-32 of [0x18, 0x38)
+ * ---- the writer's bounds (added later; a block of its own): ----
+ * 0x40 uint32 magic "MQSB"  0x44 uint32 version
+ * 0x48 int64 unflushedBytesMax    the writer's bound on appended, unflushed bytes
+ * 0x50 int64 putBytesMax          the most bytes one put appends (maxMessageSize)
+ * 0x58 uint32 CRC-32 of [0x40, 0x58)
  * ```
  *
- * The block has its own magic and CRC so that a checkpoint written by
- * RocketMQ (zeros there) or a torn one is recognised and ignored: the
- * offsets are then unknown and recovery falls back to timestamps.
+ * Each block has its own magic and CRC so that a checkpoint written by
+ * RocketMQ (zeros there), by an mqstore without the second block, or a
+ * torn one is recognised and ignored: the offsets are then unknown and
+ * recovery falls back to timestamps; the bounds are unknown and recovery
+ * looks for stale bytes through the whole tail of the last segment.
  *
  * @module
  */
@@ -24,6 +31,10 @@ import { MqStoreError } from "../errors.ts";
 import { crc32 } from "../record/mod.ts";
 import type { RuntimePort } from "../runtime/port.ts";
 import {
+  CHECKPOINT_BOUNDS_CRC_POSITION,
+  CHECKPOINT_BOUNDS_MAGIC,
+  CHECKPOINT_BOUNDS_POSITION,
+  CHECKPOINT_BOUNDS_VERSION,
   CHECKPOINT_COMMIT_LOG_OFFSET_POSITION,
   CHECKPOINT_CONSUME_QUEUE_OFFSET_POSITION,
   CHECKPOINT_EXTENSION_CRC_POSITION,
@@ -34,7 +45,9 @@ import {
   CHECKPOINT_INDEX_TIMESTAMP_POSITION,
   CHECKPOINT_LOGICS_TIMESTAMP_POSITION,
   CHECKPOINT_PHYSIC_TIMESTAMP_POSITION,
+  CHECKPOINT_PUT_BYTES_MAX_POSITION,
   CHECKPOINT_SIZE_BYTES,
+  CHECKPOINT_UNFLUSHED_BYTES_MAX_POSITION,
 } from "./constants.ts";
 
 const TWO_POW_32 = 0x1_0000_0000;
@@ -79,6 +92,13 @@ export class StoreCheckpoint {
   consumeQueueOffset: number = -1;
   /** Commit-log offset covered by durable index files; -1 when unknown. */
   indexOffset: number = -1;
+  /**
+   * The writer's `unflushedBytesMax`: how far appends may run ahead of the
+   * flushed offset. -1 when unknown (no valid bounds block).
+   */
+  unflushedBytesMax: number = -1;
+  /** The most bytes one put of the writer appends (`maxMessageSize`); -1 when unknown. */
+  putBytesMax: number = -1;
   #port: RuntimePort;
   /** The file image, reused by every flush. */
   #bytes = new Uint8Array(CHECKPOINT_SIZE_BYTES);
@@ -119,6 +139,14 @@ export class StoreCheckpoint {
       checkpoint.consumeQueueOffset = readInt64(view, CHECKPOINT_CONSUME_QUEUE_OFFSET_POSITION);
       checkpoint.indexOffset = readInt64(view, CHECKPOINT_INDEX_OFFSET_POSITION);
     }
+    const boundsCrc = crc32(bytes, CHECKPOINT_BOUNDS_POSITION, CHECKPOINT_BOUNDS_CRC_POSITION);
+    if (
+      view.getUint32(CHECKPOINT_BOUNDS_POSITION) === CHECKPOINT_BOUNDS_MAGIC &&
+      view.getUint32(CHECKPOINT_BOUNDS_CRC_POSITION) === boundsCrc >>> 0
+    ) {
+      checkpoint.unflushedBytesMax = readInt64(view, CHECKPOINT_UNFLUSHED_BYTES_MAX_POSITION);
+      checkpoint.putBytesMax = readInt64(view, CHECKPOINT_PUT_BYTES_MAX_POSITION);
+    }
     return checkpoint;
   }
 
@@ -142,6 +170,14 @@ export class StoreCheckpoint {
     view.setUint32(
       CHECKPOINT_EXTENSION_CRC_POSITION,
       crc32(bytes, CHECKPOINT_EXTENSION_POSITION, CHECKPOINT_EXTENSION_CRC_POSITION) >>> 0,
+    );
+    view.setUint32(CHECKPOINT_BOUNDS_POSITION, CHECKPOINT_BOUNDS_MAGIC);
+    view.setUint32(CHECKPOINT_BOUNDS_POSITION + 4, CHECKPOINT_BOUNDS_VERSION);
+    writeInt64(view, CHECKPOINT_UNFLUSHED_BYTES_MAX_POSITION, Math.max(this.unflushedBytesMax, -1));
+    writeInt64(view, CHECKPOINT_PUT_BYTES_MAX_POSITION, Math.max(this.putBytesMax, -1));
+    view.setUint32(
+      CHECKPOINT_BOUNDS_CRC_POSITION,
+      crc32(bytes, CHECKPOINT_BOUNDS_POSITION, CHECKPOINT_BOUNDS_CRC_POSITION) >>> 0,
     );
     return bytes;
   }

@@ -20,17 +20,9 @@
  */
 
 import type { StoreCheckpoint } from "../commit_log/store_checkpoint.ts";
+import { timestampStartIndex } from "../commit_log/timestamp_start.ts";
 import type { MappedFile } from "../segment/mapped_file.ts";
 import type { IndexService } from "./index_service.ts";
-
-/** RocketMQ re-dispatches from 3 s before the checkpoint's timestamps. */
-const RECOVERY_TIMESTAMP_MARGIN_MS = 3_000;
-/** Bytes of a record header up to storeTimestamp with an IPv6 born host. */
-const HEADER_BYTES_MAX = 76;
-const SYS_FLAG_POSITION = 36;
-const SYS_FLAG_BORN_HOST_V6 = 0x10;
-const STORE_TIMESTAMP_POSITION_V4 = 56;
-const HOST_V6_EXTRA_BYTES = 12;
 
 /** What {@link recoveryStart} needs. */
 export interface RecoveryStartInput {
@@ -102,28 +94,6 @@ async function timestampStart(
   minTimestamp: number,
   minOffset: number,
 ): Promise<number> {
-  for (let i = files.length - 1; i >= 0; i--) {
-    const file = files[i]!;
-    const timestamp = await firstStoreTimestamp(file);
-    if (timestamp > 0 && timestamp <= minTimestamp - RECOVERY_TIMESTAMP_MARGIN_MS) {
-      return file.fileFromOffset;
-    }
-  }
-  return minOffset;
-}
-
-/** storeTimestamp of a segment's first record, or 0 when it has none. */
-async function firstStoreTimestamp(file: MappedFile): Promise<number> {
-  if (file.readPosition < HEADER_BYTES_MAX) return 0;
-  const range = await file.selectRange(0, HEADER_BYTES_MAX);
-  if (range === undefined) return 0;
-  try {
-    const view = new DataView(range.bytes.buffer, range.bytes.byteOffset, HEADER_BYTES_MAX);
-    if (view.getInt32(0) <= 0) return 0;
-    const at = STORE_TIMESTAMP_POSITION_V4 +
-      ((view.getInt32(SYS_FLAG_POSITION) & SYS_FLAG_BORN_HOST_V6) !== 0 ? HOST_V6_EXTRA_BYTES : 0);
-    return view.getUint32(at) * 0x1_0000_0000 + view.getUint32(at + 4);
-  } finally {
-    range.release();
-  }
+  const index = await timestampStartIndex(files, minTimestamp);
+  return index < 0 ? minOffset : files[index]!.fileFromOffset;
 }

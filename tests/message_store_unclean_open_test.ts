@@ -1,0 +1,243 @@
+/**
+ * What an unclean open reads (issue 6): verification starts at the segment
+ * holding the checkpoint's flushed commit-log offset (mqstore's block), a
+ * torn tail past it is still cut and zeroed, stale bytes are looked for
+ * only as far as the writer's bounds (kept in the checkpoint) allow, and a
+ * checkpoint without mqstore's blocks falls back to RocketMQ's rule and
+ * the whole tail. Memory disk, crashed by the test.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { StoreCheckpoint } from "../src/commit_log/store_checkpoint.ts";
+import {
+  CHECKPOINT_BOUNDS_END,
+  CHECKPOINT_BOUNDS_POSITION,
+  CHECKPOINT_EXTENSION_POSITION,
+} from "../src/commit_log/constants.ts";
+import type { MessageStore } from "../src/store/message_store.ts";
+import {
+  body,
+  type MemoryStoreEnv,
+  openMemoryStore,
+  readRecords,
+  SEGMENT_BYTES,
+  settle,
+} from "./_store_helpers.ts";
+
+const TOPIC = "U";
+const QUEUES = 3;
+const MAX_MESSAGE_BYTES = 0x400;
+const UNFLUSHED_BYTES_MAX = 0x1000;
+/** Where stale bytes may lie past the cut with the bounds above (see CommitLog#staleBounds). */
+const STALE_BYTES_MAX = UNFLUSHED_BYTES_MAX + 3 * (MAX_MESSAGE_BYTES + 8);
+
+async function openStore(): Promise<MemoryStoreEnv> {
+  return await openMemoryStore({
+    flushDiskType: "SYNC_FLUSH",
+    maxMessageSize: MAX_MESSAGE_BYTES,
+    unflushedBytesMax: UNFLUSHED_BYTES_MAX,
+    flushConsumeQueueThoroughInterval: 0,
+  });
+}
+
+/** Puts messages of 600-800 bytes round-robin over the queues until the log passes `offset`. */
+async function putUntil(store: MessageStore, offset: number, from: number): Promise<number> {
+  let i = from;
+  while (store.maxOffset < offset) {
+    const r = await store.putMessage({
+      topic: TOPIC,
+      queueId: i % QUEUES,
+      body: body(600 + (i * 37) % 200, i),
+      properties: { KEYS: `k${i}` },
+    });
+    assert.equal(r.status, "PUT_OK");
+    i++;
+  }
+  return i;
+}
+
+/** Writes the checkpoint (a thorough consume-queue flush) and waits until it holds the log end. */
+async function checkpointNow(env: MemoryStoreEnv): Promise<number> {
+  await env.store.whenDispatched(env.store.maxOffset);
+  env.clock.advance(1_000);
+  for (let turn = 0; turn < 10_000; turn++) {
+    const checkpoint = await StoreCheckpoint.load(env.port, `${env.directory}/checkpoint`);
+    if (checkpoint.commitLogOffset >= env.store.maxOffset) return checkpoint.commitLogOffset;
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  throw new Error(`the checkpoint never reached ${env.store.maxOffset}`);
+}
+
+/** Every queue read whole: `count` messages, queue offsets contiguous. */
+async function assertServed(store: MessageStore, count: number): Promise<void> {
+  let served = 0;
+  for (let queueId = 0; queueId < QUEUES; queueId++) {
+    let next = 0;
+    for (let round = 0; round < 1_000; round++) {
+      const page = await store.getMessages(TOPIC, queueId, next, 32);
+      if (page.status !== "FOUND") break;
+      for (const [i, message] of page.messages.entries()) {
+        assert.equal(message.queueOffset, next + i);
+      }
+      served += page.messages.length;
+      next = page.nextQueueOffset;
+    }
+    assert.equal(next, store.nextQueueOffset(TOPIC, queueId));
+  }
+  assert.equal(served, count);
+}
+
+function segmentPath(env: MemoryStoreEnv, offset: number): string {
+  const start = offset - offset % SEGMENT_BYTES;
+  return `${env.directory}/commitlog/${String(start).padStart(20, "0")}`;
+}
+
+async function writeAt(env: MemoryStoreEnv, offset: number, bytes: Uint8Array): Promise<void> {
+  const file = await env.port.openFile(segmentPath(env, offset));
+  await file.write(bytes, offset % SEGMENT_BYTES);
+  await file.datasync();
+  await file.close();
+}
+
+async function byteAt(env: MemoryStoreEnv, offset: number): Promise<number> {
+  return (await env.port.readFile(segmentPath(env, offset)))![offset % SEGMENT_BYTES]!;
+}
+
+/** Replaces mqstore's blocks of the checkpoint with zeros, as RocketMQ writes it. */
+async function eraseMqstoreBlocks(env: MemoryStoreEnv, from: number, to: number): Promise<void> {
+  const path = `${env.directory}/checkpoint`;
+  const bytes = (await env.port.readFile(path))!;
+  bytes.fill(0, from, to);
+  await env.port.writeFileAtomic(path, bytes);
+}
+
+describe("MessageStore unclean open cost", () => {
+  test("MessageStore.open() after a crash verifies from the checkpoint's segment only", async () => {
+    const env = await openStore();
+    let i = await putUntil(env.store, 3.5 * SEGMENT_BYTES, 0);
+    const checkpointed = await checkpointNow(env);
+    i = await putUntil(env.store, 4.7 * SEGMENT_BYTES, i);
+    const records = await readRecords(env.port, env.directory);
+    const end = env.store.maxOffset;
+    await settle();
+    env.port.crash();
+    const again = await env.reopen();
+    try {
+      assert.equal(again.recovery.clean, false);
+      assert.equal(again.recovery.endKind, "end");
+      assert.equal(again.maxOffset, end);
+      const segmentStart = checkpointed - checkpointed % SEGMENT_BYTES;
+      assert.equal(segmentStart, 3 * SEGMENT_BYTES);
+      // Walked: the records of the checkpoint's segment and after, no more.
+      const walked = records.filter((r) => r.offset >= segmentStart).length;
+      assert.equal(again.recovery.messageCount, walked);
+      assert.ok(walked < records.length / 2, `${walked} of ${records.length}`);
+      await assertServed(again, i);
+      const r = await again.putMessage({ topic: TOPIC, queueId: 0, body: body(10) });
+      assert.equal(r.appendResult?.queueOffset, Math.ceil(i / QUEUES));
+    } finally {
+      await again.close();
+    }
+  });
+
+  test("MessageStore.open() after a crash cuts and zeroes a torn tail past the checkpoint", async () => {
+    const env = await openStore();
+    let i = await putUntil(env.store, 2.5 * SEGMENT_BYTES, 0);
+    const checkpointed = await checkpointNow(env);
+    i = await putUntil(env.store, checkpointed + 0x2000, i);
+    const records = await readRecords(env.port, env.directory);
+    const end = env.store.maxOffset;
+    await settle();
+    env.port.crash();
+    // A torn record past the checkpoint (zeros in its body), intact ones
+    // after it (a later page kept, an earlier one lost).
+    const victimIndex = records.findIndex((r) => r.offset >= checkpointed) + 2;
+    const victim = records[victimIndex]!;
+    await writeAt(env, victim.offset + 200, new Uint8Array(20));
+    const again = await env.reopen();
+    try {
+      assert.equal(again.recovery.endKind, "invalid");
+      assert.match(again.recovery.detail, /CRC/);
+      assert.equal(again.maxOffset, victim.offset);
+      const segmentStart = checkpointed - checkpointed % SEGMENT_BYTES;
+      assert.equal(
+        again.recovery.messageCount,
+        records.filter((r) => r.offset >= segmentStart && r.offset < victim.offset).length,
+      );
+      const bytes = (await env.port.readFile(segmentPath(env, victim.offset)))!;
+      const from = victim.offset % SEGMENT_BYTES;
+      assert.ok(bytes.subarray(from, from + (end - victim.offset)).every((b) => b === 0));
+      await assertServed(again, victimIndex);
+    } finally {
+      await again.close();
+    }
+  });
+
+  const tailCases = [
+    { name: "only within the writer's bounds", erase: false, near: 0x100, far: true },
+    {
+      name: "through the whole tail when they reach the guard",
+      erase: false,
+      near: STALE_BYTES_MAX - 0x10,
+      far: false,
+    },
+    {
+      name: "through the whole tail when the checkpoint lacks them",
+      erase: true,
+      near: 0x100,
+      far: false,
+    },
+  ];
+  for (const { name, erase, near, far } of tailCases) {
+    test(`MessageStore.open() after a crash looks for stale bytes ${name}`, async () => {
+      const env = await openStore();
+      const i = await putUntil(env.store, SEGMENT_BYTES + 0x800, 0);
+      await checkpointNow(env);
+      const cut = env.store.maxOffset;
+      await settle();
+      env.port.crash();
+      const farOffset = cut + STALE_BYTES_MAX + 0x2000;
+      assert.ok(farOffset % SEGMENT_BYTES > cut % SEGMENT_BYTES, "in the cut's segment");
+      await writeAt(env, cut + near, new Uint8Array([0xA5]));
+      await writeAt(env, farOffset, new Uint8Array([0x5A]));
+      if (erase) await eraseMqstoreBlocks(env, CHECKPOINT_BOUNDS_POSITION, CHECKPOINT_BOUNDS_END);
+      const again = await env.reopen();
+      try {
+        assert.equal(again.recovery.endKind, "invalid");
+        assert.equal(again.maxOffset, cut);
+        assert.equal(await byteAt(env, cut + near), 0);
+        // Past the bounds nothing was read, so nothing was zeroed.
+        assert.equal(await byteAt(env, farOffset), far ? 0x5A : 0);
+        await assertServed(again, i);
+      } finally {
+        await again.close();
+      }
+    });
+  }
+
+  test("MessageStore.open() after a crash walks every record when the checkpoint has no mqstore offsets", async () => {
+    const env = await openStore();
+    const i = await putUntil(env.store, 3.5 * SEGMENT_BYTES, 0);
+    await checkpointNow(env);
+    const records = await readRecords(env.port, env.directory);
+    await settle();
+    env.port.crash();
+    await eraseMqstoreBlocks(env, CHECKPOINT_EXTENSION_POSITION, CHECKPOINT_BOUNDS_END);
+    const again = await env.reopen();
+    try {
+      assert.equal(again.recovery.clean, false);
+      assert.equal(again.recovery.messageCount, records.length);
+      await assertServed(again, i);
+      // Open wrote mqstore's blocks back.
+      const checkpoint = await StoreCheckpoint.load(env.port, `${env.directory}/checkpoint`);
+      assert.equal(checkpoint.commitLogOffset, again.maxOffset);
+      assert.equal(checkpoint.unflushedBytesMax, UNFLUSHED_BYTES_MAX);
+      assert.equal(checkpoint.putBytesMax, MAX_MESSAGE_BYTES);
+    } finally {
+      await again.close();
+    }
+  });
+});
