@@ -361,6 +361,11 @@ async function childWrite(
     port,
     ...BASE_OPTIONS,
     mappedFileSizeCommitLog: segmentBytes,
+    // A running broker writes its checkpoint every thorough flush; the
+    // writer lives only seconds, so a short interval keeps the checkpoint
+    // about as far behind as a real crash would find it.
+    flushCommitLogThoroughInterval: 1_000,
+    flushConsumeQueueThoroughInterval: 1_000,
   });
   const batch = messages(KIB);
   let count = 0;
