@@ -396,8 +396,14 @@ describe("flush services", () => {
     // both creations fail, and the first put, which needs a segment, gets
     // the error of the one ahead when it asks the allocator again.
     const memory = new MemoryPort(runtimeName());
-    memory.failNext({ operation: "create", error: "ENOSPC" });
-    memory.failNext({ operation: "create", nth: 2, error: "ENOSPC" });
+    // Only commit-log creations fail: the index file is prepared at open too.
+    memory.failNext({ operation: "create", error: "ENOSPC", pathIncludes: "/commitlog/" });
+    memory.failNext({
+      operation: "create",
+      nth: 2,
+      error: "ENOSPC",
+      pathIncludes: "/commitlog/",
+    });
     const env = await openMemoryStore({}, memory);
     try {
       await settle();

@@ -69,6 +69,8 @@ for (const { adapter, skip } of cases) {
         assert.equal(first.indexCount, ENTRIES);
         assert.equal(first.endPhyOffset, 200);
         assert.equal(first.endTimestamp, T0 + 2500);
+        // The full file is made durable in the background; flush() waits for it.
+        await index.flush();
         assert.equal(index.indexMsgTimestamp, T0 + 2500);
         assert.ok(first.fileName < second.fileName);
         // The second file's first entry: time measured from the first file's end.

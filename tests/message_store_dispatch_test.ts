@@ -11,16 +11,23 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { MqStoreError } from "../src/errors.ts";
+import { MemoryPort } from "../src/runtime/mod.ts";
+import { runtimeName } from "../src/runtime/info.ts";
 import { body, openMemoryStore } from "./_store_helpers.ts";
 
 describe("MessageStore dispatch failure", () => {
   const cases = [
     { name: "a consume-queue file", pathIncludes: "/consumequeue/T/1/" },
-    { name: "an index file", pathIncludes: "/index/" },
+    // The index's first file is prepared as the store opens: its failure
+    // is armed before, and met by the first key's dispatch.
+    { name: "an index file", pathIncludes: "/index/", beforeOpen: true },
   ];
   for (const c of cases) {
     test(`putMessage() answers SERVICE_NOT_AVAILABLE once dispatch fails on ${c.name}; reopen re-dispatches`, async () => {
-      const env = await openMemoryStore({ flushDiskType: "SYNC_FLUSH" });
+      const memory = new MemoryPort(runtimeName());
+      const fault = { operation: "create", error: "ENOSPC", pathIncludes: c.pathIncludes } as const;
+      if (c.beforeOpen === true) memory.failNext(fault);
+      const env = await openMemoryStore({ flushDiskType: "SYNC_FLUSH" }, memory);
       const { store, port, directory } = env;
       let failedOffset: number;
       try {
@@ -32,7 +39,7 @@ describe("MessageStore dispatch failure", () => {
           );
         }
         await store.whenDispatched(store.maxOffset);
-        port.failNext({ operation: "create", error: "ENOSPC", pathIncludes: c.pathIncludes });
+        if (c.beforeOpen !== true) port.failNext(fault);
         // Stored (the commit log is fine), but its dispatch fails.
         const r = await store.putMessage({
           topic: "T",

@@ -75,6 +75,21 @@ export const INDEX_DIRECTORY_NAME = "index";
 /** Index file names: `yyyyMMddHHmmssSSS`, the creation time in local time. */
 export const INDEX_FILE_NAME_PATTERN = /^[0-9]{17}$/;
 
+/**
+ * An index file prepared ahead, not yet in use: `<name>.tmp`. RocketMQ
+ * skips such a name (its `Long.parseLong` of the name fails) and mqstore
+ * removes it on open.
+ */
+export const PREPARED_INDEX_FILE_NAME_PATTERN = /^[0-9]{17}\.tmp$/;
+
+/**
+ * beginTimestamp and endTimestamp of a prepared file's header until it is
+ * put in use (2^53 − 1, far past any store time): should a crash leave it
+ * under its real name, RocketMQ's unclean load deletes it (its
+ * endTimestamp is newer than any checkpoint), and so does mqstore's load.
+ */
+export const PREPARED_TIMESTAMP = 0x1F_FFFF_FFFF_FFFF;
+
 assert(
   HEADER_INDEX_COUNT_POSITION + 4 === INDEX_HEADER_SIZE_BYTES &&
     HEADER_HASH_SLOT_COUNT_POSITION + 4 === HEADER_INDEX_COUNT_POSITION &&

@@ -14,6 +14,10 @@
  * positions filled with padding units `(0, 0x7FFFFFFF, 0)`, as RocketMQ
  * does, so every file stays a dense array indexed by queue offset.
  *
+ * With an allocator (the table's), the next file is created in the
+ * background once the written one is ¾ full, so a roll does not wait for
+ * a creation (see `_consume_queue_allocator.ts`).
+ *
  * Recovery follows RocketMQ: walk from the third-last file; the first unit
  * with a negative offset or a size ≤ 0 ends the queue. Unlike RocketMQ,
  * units cut off by {@link ConsumeQueue.recover} or
@@ -38,6 +42,15 @@ import {
   MAPPED_FILE_SIZE_CONSUME_QUEUE_DEFAULT,
 } from "./_consume_queue_constants.ts";
 import { readInt64, writeInt64 } from "./_consume_queue_int64.ts";
+import type { ConsumeQueueAllocator } from "./_consume_queue_allocator.ts";
+import { joinPath, segmentFileName } from "../segment/_file_name.ts";
+
+/**
+ * The next file is prepared when the written one is this share full
+ * (numerator over {@link PREPARE_AHEAD_DENOMINATOR}).
+ */
+const PREPARE_AHEAD_NUMERATOR = 3;
+const PREPARE_AHEAD_DENOMINATOR = 4;
 
 /** Options of {@link ConsumeQueue}. */
 export interface ConsumeQueueOptions {
@@ -73,6 +86,13 @@ export interface ConsumeQueueOptions {
    * @default {systemClock}
    */
   clock?: Clock;
+  /**
+   * Creates files ahead of need (shared by the queues of a store);
+   * without it a file is created when the queue rolls.
+   *
+   * @default {undefined}
+   */
+  allocator?: ConsumeQueueAllocator;
 }
 
 /** One unit of a consume queue. */
@@ -203,6 +223,11 @@ export class ConsumeQueue {
   /** Scratch for one unit, reused by every put. */
   #unit = new Uint8Array(CQ_UNIT_SIZE_BYTES);
   #unitView = new DataView(this.#unit.buffer);
+  #allocator: ConsumeQueueAllocator | undefined;
+  /** Write position of a file at which the next file is prepared. */
+  #prepareAtPosition: number;
+  /** fileFromOffset of the last file whose successor was prepared; -1 for none. */
+  #preparedAfter = -1;
 
   /** @param options Port, store root, topic, queue id and file size. */
   constructor(options: ConsumeQueueOptions) {
@@ -227,6 +252,11 @@ export class ConsumeQueue {
     this.fileSizeBytes = fileSizeBytes;
     this.directory = consumeQueueDirectory(options.rootDirectory, options.topic, options.queueId);
     this.#readOnly = options.readOnly === true;
+    this.#allocator = this.#readOnly ? undefined : options.allocator;
+    const prepareAt = Math.floor(
+      fileSizeBytes * PREPARE_AHEAD_NUMERATOR / PREPARE_AHEAD_DENOMINATOR,
+    );
+    this.#prepareAtPosition = prepareAt - prepareAt % CQ_UNIT_SIZE_BYTES;
     this.#queue = new MappedFileQueue({
       port: options.port,
       directory: this.directory,
@@ -234,6 +264,7 @@ export class ConsumeQueue {
       readOnly: this.#readOnly,
       sparse: options.sparse,
       clock: options.clock,
+      allocator: this.#allocator,
     });
   }
 
@@ -347,7 +378,19 @@ export class ConsumeQueue {
     writeInt64(view, CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
     this.#appendNow(file, this.#unit);
     this.#maxPhysicOffset = commitLogOffset + size;
+    if (
+      file.wrotePosition >= this.#prepareAtPosition && this.#preparedAfter !== file.fileFromOffset
+    ) {
+      this.#prepareAfter(file);
+    }
     return true;
+  }
+
+  /** Asks the allocator to create the file after `file` in the background. */
+  #prepareAfter(file: MappedFile): void {
+    this.#preparedAfter = file.fileFromOffset;
+    const next = file.fileFromOffset + this.fileSizeBytes;
+    this.#allocator?.prepare(joinPath(this.directory, segmentFileName(next)), this.fileSizeBytes);
   }
 
   async #put(
@@ -387,6 +430,11 @@ export class ConsumeQueue {
     if (file.writeMode === "window") await this.#append(file, this.#unit);
     else this.#appendNow(file, this.#unit);
     this.#maxPhysicOffset = commitLogOffset + size;
+    if (
+      file.wrotePosition >= this.#prepareAtPosition && this.#preparedAfter !== file.fileFromOffset
+    ) {
+      this.#prepareAfter(file);
+    }
     return true;
   }
 
@@ -495,6 +543,9 @@ export class ConsumeQueue {
       throw new MqStoreError("UNSUPPORTED", `Cannot truncate ${this.directory}: opened read-only`);
     }
     this.#maxPhysicOffset = physicalOffset;
+    // A file prepared after one that goes now would leave a gap on disk.
+    await this.#allocator?.discard(this.directory);
+    this.#preparedAfter = -1;
     // Bounded: each round deletes a file or ends.
     for (let round = this.#queue.files.length; round > 0; round--) {
       const file = this.#queue.lastFile;
@@ -545,6 +596,8 @@ export class ConsumeQueue {
 
   /** Deletes every file of the queue and closes it. */
   async destroy(): Promise<void> {
+    await this.#allocator?.discard(this.directory);
+    this.#preparedAfter = -1;
     await this.#queue.destroy();
     this.#maxPhysicOffset = -1;
     this.#minLogicOffset = 0;

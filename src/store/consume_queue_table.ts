@@ -11,6 +11,7 @@ import { MqStoreError } from "../errors.ts";
 import type { RuntimePort } from "../runtime/port.ts";
 import type { Clock } from "../segment/clock.ts";
 import { CONSUME_QUEUE_DIRECTORY_NAME } from "./_consume_queue_constants.ts";
+import { ConsumeQueueAllocator } from "./_consume_queue_allocator.ts";
 import { ConsumeQueue } from "./consume_queue.ts";
 
 /** Options of {@link ConsumeQueueTable}. */
@@ -77,12 +78,32 @@ export class ConsumeQueueTable {
   #table = new Map<string, Map<number, ConsumeQueue>>();
   /** Queues being created, so two callers share one. */
   #creating = new Map<string, Promise<ConsumeQueue>>();
+  /** Creates every queue's next file ahead of need; none when read-only. */
+  #allocator: ConsumeQueueAllocator | undefined;
   #closed = false;
 
   /** @param options Port, store root and queue settings. */
   constructor(options: ConsumeQueueTableOptions) {
     this.#options = options;
     this.directory = `${options.rootDirectory}/${CONSUME_QUEUE_DIRECTORY_NAME}`;
+    if (options.readOnly !== true) {
+      this.#allocator = new ConsumeQueueAllocator({
+        port: options.port,
+        sparse: options.sparse,
+        clock: options.clock,
+      });
+      this.#allocator.start();
+    }
+  }
+
+  /** Resolves once no file is being prepared ahead (tests, shutdown ordering). */
+  async whenPrepared(): Promise<void> {
+    await this.#allocator?.whenIdle();
+  }
+
+  /** Files prepared ahead and not yet in use (tests, stats). */
+  get preparedFileCount(): number {
+    return this.#allocator?.preparedCount ?? 0;
   }
 
   /**
@@ -204,6 +225,7 @@ export class ConsumeQueueTable {
     await Promise.allSettled(this.#creating.values());
     const results = await Promise.allSettled([...this.queues()].map((queue) => queue.close()));
     this.#table.clear();
+    results.push(...await Promise.allSettled([this.#allocator?.close()]));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed !== undefined) throw failed.reason;
   }
@@ -219,6 +241,7 @@ export class ConsumeQueueTable {
       readOnly: options.readOnly,
       sparse: options.sparse,
       clock: options.clock,
+      allocator: this.#allocator,
     });
   }
 

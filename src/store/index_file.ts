@@ -46,6 +46,7 @@ import {
   INDEX_HEADER_SIZE_BYTES,
   INT32_MAX,
   INVALID_INDEX,
+  PREPARED_TIMESTAMP,
 } from "./_index_file_constants.ts";
 
 /** Options shared by {@link IndexFile.create} and {@link IndexFile.open}. */
@@ -76,6 +77,16 @@ export interface CreateIndexFileOptions extends IndexFileOptions {
    * @default {0}
    */
   endTimestamp?: number;
+  /**
+   * Create a sparse file (tests only).
+   *
+   * @default {false}
+   */
+  sparse?: boolean;
+}
+
+/** Options of {@link IndexFile.prepare}. */
+export interface PrepareIndexFileOptions extends IndexFileOptions {
   /**
    * Create a sparse file (tests only).
    *
@@ -199,6 +210,11 @@ export class IndexFile {
   #bytes: Uint8Array;
   #view: DataView;
   #readOnly: boolean;
+  /**
+   * Where a file prepared ahead lies until {@link IndexFile.activate}
+   * renames it to {@link IndexFile.path}; undefined once in use.
+   */
+  #preparedPath: string | undefined;
   /** Changed byte range not yet durable (`dirtyStart >= dirtyEnd`: none). */
   #dirtyStart = Number.POSITIVE_INFINITY;
   #dirtyEnd = 0;
@@ -253,6 +269,65 @@ export class IndexFile {
     }
     file.#writeHeader();
     return file;
+  }
+
+  /**
+   * Creates an index file ahead of need (allocated up front unless
+   * `sparse`) under `<path>.tmp`, its header marked with
+   * {@link PREPARED_TIMESTAMP} and made durable, so that a crash leaves a
+   * file neither mqstore nor RocketMQ puts in use (see the constant). It
+   * takes no entry before {@link IndexFile.activate}; the directory is not
+   * synced (the name changes at activation).
+   *
+   * @throws {MqStoreError} `NO_SPACE` when the disk cannot hold it.
+   */
+  static async prepare(options: PrepareIndexFileOptions): Promise<IndexFile> {
+    const size = checkedFileSize(options);
+    const preparedPath = `${options.path}.tmp`;
+    // A leftover of an interrupted preparation (load removes them too).
+    await options.port.remove(preparedPath);
+    const handle = await options.port.createFile(preparedPath, size, { sparse: options.sparse });
+    const file = await IndexFile.#attach(options, handle, false);
+    file.#preparedPath = preparedPath;
+    try {
+      file.#beginTimestamp = PREPARED_TIMESTAMP;
+      file.#endTimestamp = PREPARED_TIMESTAMP;
+      file.#writeHeader();
+      await file.flush();
+    } catch (error) {
+      await file.destroy();
+      throw error;
+    }
+    return file;
+  }
+
+  /**
+   * Puts a file made by {@link IndexFile.prepare} in use: renames it to
+   * its path and writes the header a {@link IndexFile.create} with the
+   * same `endPhyOffset`/`endTimestamp` writes (the previous file's end).
+   * The new name is durable once the caller syncs the directory; the
+   * header once the file is flushed.
+   */
+  async activate(endPhyOffset: number, endTimestamp: number): Promise<void> {
+    this.#checkWritable();
+    const preparedPath = this.#preparedPath;
+    assert(preparedPath !== undefined, `${this.path} is a prepared file`);
+    assert(this.#indexCount === 1, `prepared ${this.path} holds no entry`);
+    await this.#port.rename(preparedPath, this.path);
+    this.#preparedPath = undefined;
+    this.#beginPhyOffset = this.#endPhyOffset = Math.max(endPhyOffset, 0);
+    this.#beginTimestamp = this.#endTimestamp = Math.max(endTimestamp, 0);
+    this.#writeHeader();
+  }
+
+  /** Whether the file is prepared ahead and not yet activated. */
+  get isPrepared(): boolean {
+    return this.#preparedPath !== undefined;
+  }
+
+  /** Whether the header marks a prepared file a crash left under its real name. */
+  get isPreparedMark(): boolean {
+    return this.#endTimestamp === PREPARED_TIMESTAMP;
   }
 
   /**
@@ -356,6 +431,7 @@ export class IndexFile {
   putKey(key: string, phyOffset: number, storeTimestamp: number): boolean {
     this.#checkPut(phyOffset, storeTimestamp);
     if (this.isWriteFull) return false;
+    assert(this.#preparedPath === undefined, `${this.path} is activated before its first entry`);
     this.#put(indexKeyHash(key), phyOffset, storeTimestamp);
     this.#writeHeader();
     return true;
@@ -551,10 +627,10 @@ export class IndexFile {
     await this.#handle.close();
   }
 
-  /** Closes and removes the file. */
+  /** Closes and removes the file (under its prepared name if not activated). */
   async destroy(): Promise<void> {
     await this.close();
-    await this.#port.remove(this.path);
+    await this.#port.remove(this.#preparedPath ?? this.path);
   }
 
   #slotPosition(keyHash: number): number {

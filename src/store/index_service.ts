@@ -6,8 +6,21 @@
  * ```
  * index/20261129121453504   full (indexNum − 1 entries)
  *       20261129121453635   full
- *       20261129121453728   ← written; a new file is created when it is full
+ *       20261129121453728   ← written
+ *       20261129121455012.tmp  prepared ahead (see below)
  * ```
+ *
+ * Files are made ahead of need: on load when there is none, and when the
+ * written file is ¾ full, the next one is created (allocated with `posix_fallocate`, 420 MB with the
+ * defaults) in the background under `<name>.tmp`, its header marked as
+ * prepared. When the written file fills up, the prepared one is renamed to
+ * its name and its header gets the full file's end (as RocketMQ writes it
+ * into a new file); the full file is flushed in the background. So a roll
+ * costs the dispatcher a rename, not a creation and a flush. A crash
+ * leaves the prepared file under `.tmp` (removed on open; RocketMQ skips
+ * the name) or, between the rename and a flush, under its name with the
+ * prepared mark in its header, which both mqstore and RocketMQ's unclean
+ * load delete.
  *
  * {@link IndexService.buildIndex} adds a message's keys (UNIQ_KEY and each
  * KEYS token, as `indexKeysOf` in `src/record` lists them) under
@@ -29,6 +42,7 @@ import {
   MAX_HASH_SLOT_NUM_DEFAULT,
   MAX_INDEX_NUM_DEFAULT,
   MAX_MSGS_NUM_BATCH_DEFAULT,
+  PREPARED_INDEX_FILE_NAME_PATTERN,
 } from "./_index_file_constants.ts";
 import { nextIndexFileName } from "./_index_file_name.ts";
 import { IndexFile } from "./index_file.ts";
@@ -76,6 +90,15 @@ export interface IndexServiceOptions {
    */
   sparse?: boolean;
 }
+
+/**
+ * The next file is prepared when the written one holds this share of its
+ * entries (numerator over {@link PREPARE_AHEAD_DENOMINATOR}): early enough
+ * for a 420 MB allocation to finish before the file fills up at full
+ * speed, late enough that a store with few keys does not hold two files.
+ */
+const PREPARE_AHEAD_NUMERATOR = 3;
+const PREPARE_AHEAD_DENOMINATOR = 4;
 
 /** What {@link IndexService.buildIndex} indexes for one message. */
 export interface IndexRequest {
@@ -140,6 +163,14 @@ export class IndexService {
   #building = false;
   /** A file creation in progress. */
   #creating: Promise<IndexFile> | undefined;
+  /** indexCount of the written file at which the next one is prepared. */
+  #prepareAtCount: number;
+  /** The next file, prepared (or being prepared) ahead; not in {@link #files}. */
+  #prepared: Promise<IndexFile> | undefined;
+  /** Background flushes of full files, chained (never rejects). */
+  #rollFlushes: Promise<void> = Promise.resolve();
+  /** An activated file's new name is not yet durable (directory not synced). */
+  #directoryUnsynced = false;
   #closed = false;
 
   /** @param options Port, store root and table sizes. */
@@ -155,6 +186,10 @@ export class IndexService {
     this.#clock = options.clock ?? systemClock;
     this.#readOnly = options.readOnly === true;
     this.#sparse = options.sparse === true;
+    this.#prepareAtCount = Math.max(
+      1,
+      Math.floor(this.indexNum * PREPARE_AHEAD_NUMERATOR / PREPARE_AHEAD_DENOMINATOR),
+    );
   }
 
   /**
@@ -172,9 +207,14 @@ export class IndexService {
     }
     if (!this.#readOnly) await this.#port.makeDirectory(this.directory);
     if (await this.#port.stat(this.directory) === undefined) return;
-    const names = (await this.#port.list(this.directory))
-      .filter((name) => INDEX_FILE_NAME_PATTERN.test(name))
-      .sort();
+    const listed = await this.#port.list(this.directory);
+    if (!this.#readOnly) {
+      // Prepared ahead and never put in use: it holds no entry.
+      for (const name of listed.filter((name) => PREPARED_INDEX_FILE_NAME_PATTERN.test(name))) {
+        await this.#port.remove(`${this.directory}/${name}`);
+      }
+    }
+    const names = listed.filter((name) => INDEX_FILE_NAME_PATTERN.test(name)).sort();
     try {
       for (const name of names) {
         const path = `${this.directory}/${name}`;
@@ -192,7 +232,9 @@ export class IndexService {
           indexNum: this.indexNum,
           readOnly: this.#readOnly,
         });
-        if (!lastExitOK && file.endTimestamp > indexMsgTimestamp) {
+        // A prepared file a crash caught between its rename and the flush
+        // of its first header: no entry of it is durable.
+        if (file.isPreparedMark || (!lastExitOK && file.endTimestamp > indexMsgTimestamp)) {
           if (this.#readOnly) await file.close();
           else await file.destroy();
           continue;
@@ -204,6 +246,10 @@ export class IndexService {
       throw error;
     }
     this.#indexMsgTimestamp = indexMsgTimestamp;
+    // The first file (or the next, when the last is ¾ full) is prepared
+    // now, in the background: the first keys need not wait for it.
+    const last = this.#files[this.#files.length - 1];
+    if (last === undefined || last.indexCount >= this.#prepareAtCount) this.#prepareAfter(last);
   }
 
   /** The files, oldest first. */
@@ -294,6 +340,9 @@ export class IndexService {
     if (commitLogOffset < file.endPhyOffset) return true;
     const put = file.putKeyHashes(javaHashes, count, commitLogOffset, storeTimestamp);
     assert(put, `${file.path} has room for ${count} keys`);
+    if (file.indexCount >= this.#prepareAtCount && this.#prepared === undefined) {
+      this.#prepareAfter(file);
+    }
     return true;
   }
 
@@ -324,6 +373,9 @@ export class IndexService {
         }
         file = await this.#lastWritableFile();
       }
+    }
+    if (file.indexCount >= this.#prepareAtCount && this.#prepared === undefined) {
+      this.#prepareAfter(file);
     }
   }
 
@@ -368,7 +420,11 @@ export class IndexService {
    */
   async flush(): Promise<number> {
     this.#checkOpen();
+    // A file's flush must not overlap another of the same file (the
+    // second would return before the first made the bytes durable).
+    await this.#rollFlushes;
     for (const file of this.#files) await file.flush();
+    await this.#syncDirectory();
     return this.#files[this.#files.length - 1]?.endTimestamp ?? 0;
   }
 
@@ -380,6 +436,7 @@ export class IndexService {
    */
   async deleteExpiredFile(minCommitLogOffset: number): Promise<number> {
     this.#checkOpen();
+    await this.#rollFlushes;
     let deleted = 0;
     while (
       this.#files.length > 1 && (this.#files[0] as IndexFile).endPhyOffset < minCommitLogOffset
@@ -396,10 +453,57 @@ export class IndexService {
     if (this.#closed) return;
     this.#closed = true;
     await this.#creating?.catch(() => {});
+    await this.#rollFlushes;
     try {
-      if (!this.#readOnly) { for (const file of this.#files) await file.flush(); }
+      await this.#discardPrepared();
+      if (!this.#readOnly) {
+        for (const file of this.#files) await file.flush();
+        await this.#syncDirectory();
+      }
     } finally {
       await this.#closeFiles();
+    }
+  }
+
+  /** The prepared file, if any (tests): not in use yet. */
+  get preparedFile(): Promise<IndexFile> | undefined {
+    return this.#prepared;
+  }
+
+  /** Removes the file prepared ahead, if any. */
+  async #discardPrepared(): Promise<void> {
+    const prepared = this.#prepared;
+    this.#prepared = undefined;
+    const file = await prepared?.catch(() => undefined);
+    await file?.destroy();
+  }
+
+  /**
+   * Starts preparing the file after `last` (the first file without one) in
+   * the background. Its failure is kept for the roll that needs the file.
+   */
+  #prepareAfter(last: IndexFile | undefined): void {
+    if (this.#readOnly || this.#closed) return;
+    const name = nextIndexFileName(this.#clock.nowMs(), last?.fileName);
+    const prepared = IndexFile.prepare({
+      port: this.#port,
+      path: `${this.directory}/${name}`,
+      hashSlotNum: this.hashSlotNum,
+      indexNum: this.indexNum,
+      sparse: this.#sparse,
+    });
+    prepared.catch(() => {});
+    this.#prepared = prepared;
+  }
+
+  async #syncDirectory(): Promise<void> {
+    if (!this.#directoryUnsynced) return;
+    this.#directoryUnsynced = false;
+    try {
+      await this.#port.syncDirectory(this.directory);
+    } catch (error) {
+      this.#directoryUnsynced = true;
+      throw error;
     }
   }
 
@@ -435,23 +539,56 @@ export class IndexService {
 
   async #createNext(): Promise<IndexFile> {
     const previous = this.#files[this.#files.length - 1];
-    const name = nextIndexFileName(this.#clock.nowMs(), previous?.fileName);
-    const file = await IndexFile.create({
+    const file = await this.#activatePrepared(previous) ?? await IndexFile.create({
       port: this.#port,
-      path: `${this.directory}/${name}`,
+      path: `${this.directory}/${nextIndexFileName(this.#clock.nowMs(), previous?.fileName)}`,
       hashSlotNum: this.hashSlotNum,
       indexNum: this.indexNum,
       endPhyOffset: previous?.endPhyOffset ?? 0,
       endTimestamp: previous?.endTimestamp ?? 0,
       sparse: this.#sparse,
     });
+    assert(this.#files[this.#files.length - 1] === previous, "index files roll one at a time");
     this.#files.push(file);
     if (previous !== undefined) {
-      // The full file will not change again: make it durable now, then its
-      // end time may go to the checkpoint.
-      await previous.flush();
-      this.#indexMsgTimestamp = Math.max(this.#indexMsgTimestamp, previous.endTimestamp);
+      // The full file will not change again: make it durable (and the new
+      // file's name) off the dispatch path, then its end time may go to the
+      // checkpoint. A failure leaves it dirty: the next flush() retries
+      // and reports it.
+      this.#rollFlushes = this.#rollFlushes.then(async () => {
+        await previous.flush();
+        await this.#syncDirectory();
+        this.#indexMsgTimestamp = Math.max(this.#indexMsgTimestamp, previous.endTimestamp);
+      }).catch(() => {});
     }
+    return file;
+  }
+
+  /**
+   * The prepared file put in use after `previous`, or undefined when there
+   * is none (the caller creates one).
+   *
+   * @throws {MqStoreError} The preparation's error (a full disk, say):
+   *   not swallowed, as the commit log's allocator does not; the next roll
+   *   tries a creation of its own.
+   */
+  async #activatePrepared(previous: IndexFile | undefined): Promise<IndexFile | undefined> {
+    const prepared = this.#prepared;
+    this.#prepared = undefined;
+    if (prepared === undefined) return undefined;
+    const file = await prepared;
+    if (previous !== undefined && file.fileName <= previous.fileName) {
+      // Not after the last file (that one was deleted since): unusable.
+      await file.destroy();
+      return undefined;
+    }
+    try {
+      await file.activate(previous?.endPhyOffset ?? 0, previous?.endTimestamp ?? 0);
+    } catch (error) {
+      await file.destroy().catch(() => {});
+      throw error;
+    }
+    this.#directoryUnsynced = true;
     return file;
   }
 

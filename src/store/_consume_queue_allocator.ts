@@ -1,0 +1,167 @@
+/**
+ * Consume-queue files made ahead of need, for every queue of a store.
+ *
+ * ```
+ * putUnit ─► file ¾ full ─► prepare(next path)   background, one at a time:
+ *                                                 tmp → fallocate → sync → rename → map
+ * putUnit ─► file full ─► MappedFileQueue asks request(next path)
+ *                             └─► the prepared file (awaited if still in creation),
+ *                                 or a creation now when none was prepared
+ * ```
+ *
+ * It stands in for the commit log's `AllocateMappedFileService` in a
+ * queue's `MappedFileQueue` (which takes that type), but prepares a file
+ * only when {@link ConsumeQueueAllocator.prepare} asks, not the next one
+ * on every request: a store has thousands of queues, most of them never
+ * fill a file, and each file is allocated on disk.
+ *
+ * A prepared file is a whole zeroed segment under its name, so a crash
+ * leaves an extra empty file after the written one: recovery (mqstore's
+ * and RocketMQ's alike) ends the queue at the first zero unit and deletes
+ * the files after it, or keeps it as the next file when the one before is
+ * exactly full. A queue cut back (truncated, destroyed) discards its
+ * prepared file first, so the files on disk stay contiguous.
+ *
+ * @module
+ */
+
+import { MqStoreError } from "../errors.ts";
+import type { RuntimePort } from "../runtime/port.ts";
+import { AllocateMappedFileService } from "../segment/allocate_mapped_file_service.ts";
+import type { Clock } from "../segment/clock.ts";
+import { MappedFile } from "../segment/mapped_file.ts";
+
+/** Options of {@link ConsumeQueueAllocator}. */
+export interface ConsumeQueueAllocatorOptions {
+  /** The runtime port. */
+  port: RuntimePort;
+  /**
+   * Create sparse files (tests only).
+   *
+   * @default {false}
+   */
+  sparse?: boolean;
+  /**
+   * Time source of the files.
+   *
+   * @default {systemClock}
+   */
+  clock?: Clock;
+}
+
+/**
+ * Creates consume-queue files when asked to prepare them, and hands them
+ * over when their queue rolls.
+ *
+ * @example
+ * ```ts ignore
+ * const allocator = new ConsumeQueueAllocator({ port });
+ * const queue = new MappedFileQueue({ port, directory, fileSizeBytes, allocator });
+ * allocator.prepare(`${directory}/00000000000006000000`, fileSizeBytes); // ¾ full
+ * await queue.getOrCreateLastMappedFile(); // at the roll: the prepared file
+ * await allocator.close(); // removes files prepared and not taken
+ * ```
+ */
+export class ConsumeQueueAllocator extends AllocateMappedFileService {
+  #port: RuntimePort;
+  #sparse: boolean;
+  #clock: Clock | undefined;
+  /** Files prepared or being prepared, by path, not yet handed over. */
+  #prepared = new Map<string, Promise<MappedFile>>();
+  /** Tail of the chain of creations (one at a time; never rejects). */
+  #chain: Promise<void> = Promise.resolve();
+  #closing = false;
+
+  /** @param options Port and file settings. */
+  constructor(options: ConsumeQueueAllocatorOptions) {
+    super({ port: options.port, populate: false, sparse: options.sparse, clock: options.clock });
+    this.#port = options.port;
+    this.#sparse = options.sparse === true;
+    this.#clock = options.clock;
+  }
+
+  /** Files prepared (or in creation) and not handed over. */
+  get preparedCount(): number {
+    return this.#prepared.size;
+  }
+
+  /**
+   * Starts creating the file `path` in the background, after the
+   * creations already queued; nothing when it is prepared already or the
+   * allocator is closing.
+   */
+  prepare(path: string, fileSizeBytes: number): void {
+    if (this.#closing || this.#prepared.has(path)) return;
+    const created = this.#chain.then(() => {
+      if (this.#closing) {
+        throw new MqStoreError("CLOSED", `Cannot prepare ${path}: the allocator closed`);
+      }
+      return this.#create(path, fileSizeBytes);
+    });
+    this.#chain = created.then(() => {}, () => {});
+    // A failure is kept for the roll that asks for the file.
+    created.catch(() => {});
+    this.#prepared.set(path, created);
+  }
+
+  /**
+   * The file `path`: the prepared one, or created now. `nextPath` is not
+   * prepared here (see {@link prepare}).
+   *
+   * @throws {MqStoreError} The preparation's or the creation's error.
+   */
+  override async request(
+    path: string,
+    _nextPath: string,
+    fileSizeBytes: number,
+  ): Promise<MappedFile> {
+    if (this.#closing) {
+      throw new MqStoreError("CLOSED", `Cannot allocate ${path}: the allocator closed`);
+    }
+    const prepared = this.#prepared.get(path);
+    if (prepared === undefined) return await this.#create(path, fileSizeBytes);
+    this.#prepared.delete(path);
+    return await prepared;
+  }
+
+  /** Resolves once no file is being created. */
+  override async whenIdle(): Promise<void> {
+    for (let chain = this.#chain;; chain = this.#chain) {
+      await chain;
+      if (chain === this.#chain) return;
+    }
+  }
+
+  /** Removes the prepared files under `directory` (a queue cut back or destroyed). */
+  async discard(directory: string): Promise<void> {
+    const prefix = `${directory}/`;
+    for (const [path, prepared] of [...this.#prepared]) {
+      if (!path.startsWith(prefix)) continue;
+      this.#prepared.delete(path);
+      const file = await prepared.catch(() => undefined);
+      await file?.destroy({ waitMs: 0 });
+    }
+  }
+
+  /** Waits for the creations in progress and removes the files not taken. Idempotent. */
+  override async close(): Promise<void> {
+    this.#closing = true;
+    await this.#chain;
+    const prepared = [...this.#prepared.values()];
+    this.#prepared.clear();
+    for (const file of prepared) {
+      await (await file.catch(() => undefined))?.destroy({ waitMs: 0 });
+    }
+    await super.close();
+  }
+
+  #create(path: string, fileSizeBytes: number): Promise<MappedFile> {
+    return MappedFile.create({
+      port: this.#port,
+      path,
+      fileSizeBytes,
+      sparse: this.#sparse,
+      clock: this.#clock,
+    });
+  }
+}
