@@ -302,4 +302,47 @@ describe("mqstore bench", () => {
       }
     },
   );
+
+  test("mqstore bench stopped by SIGINT removes its store and exits 130", STORE_TEST, async () => {
+    const root = makeTempDirectory();
+    try {
+      const main = path.join(PROJECT_ROOT, "src", "cli", "main.ts");
+      const runtime = runtimeName();
+      const prefix = runtime === "deno"
+        ? ["run", "-A", "--no-check", main]
+        : runtime === "bun"
+        ? [main]
+        : ["--import", "tsx", main];
+      // Far more messages than the run gets through before the signal.
+      const args = ["bench", "--messages", "5m", "--size", "128", "--segment-size", "64m"];
+      const child = spawn(
+        process.execPath,
+        [...prefix, ...args, "--dir", `${root}/store`, "--progress", "lines"],
+        { cwd: PROJECT_ROOT, stdio: ["ignore", "pipe", "pipe"] },
+      );
+      let stderr = "";
+      child.stderr.setEncoding("utf8");
+      child.stdout.resume();
+      const exited = new Promise<number>((resolve, reject) => {
+        child.on("error", reject);
+        child.on("close", (code) => resolve(code ?? -1));
+      });
+      // The first progress line means the store is open and being written.
+      await new Promise<void>((resolve) => {
+        child.stderr.on("data", (text: string) => {
+          stderr += text;
+          if (/^write /m.test(stderr)) resolve();
+        });
+        void exited.then(() => resolve());
+      });
+      // process.kill, not child.kill: Deno's ChildProcess reports a signal it sent as the cause.
+      process.kill(child.pid!, "SIGINT");
+      const code = await exited;
+      assert.equal(code, 130, stderr);
+      assert.match(stderr, /stopped by SIGINT; store removed/);
+      assert.equal(fs.existsSync(`${root}/store`), false, "the store directory it created is gone");
+    } finally {
+      removeDirectory(root);
+    }
+  });
 });

@@ -843,6 +843,10 @@ export function formatBenchReport(report: BenchReport): string {
 // ---------------------------------------------------------------------
 // The command
 
+/** Exit codes after SIGINT and SIGTERM: 128 + the signal number. */
+const EXIT_SIGINT = 130;
+const EXIT_SIGTERM = 143;
+
 /** This module's directory: main.ts beside it in the repo, main.js in the npm package. */
 const CLI_DIRECTORY = path.dirname(fileURLToPath(import.meta.url));
 /** The CLI entry next to this file, in the same language as this file. */
@@ -995,12 +999,28 @@ export async function runBenchCommand(
     return await runUnder(options.runtime, argv, options, output);
   }
   const directory = prepareDirectory(options.directory);
+  // Ctrl-C or a kill mid-run: remove what the run created, then exit as
+  // a shell expects (128 + the signal number).
+  const onSignal = (signal: string) => {
+    if (!options.keep) directory.cleanUp();
+    output.stderr(
+      `bench: stopped by ${signal}; ${
+        options.keep ? `store kept in ${directory.path}` : "store removed"
+      }\n`,
+    );
+    process.exit(signal === "SIGINT" ? EXIT_SIGINT : EXIT_SIGTERM);
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
   let report: BenchReport;
   try {
     report = await runBench(options, directory.path, output);
   } catch (error) {
     if (!options.keep) directory.cleanUp();
     throw error;
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
   }
   // A failed run keeps its store: `mqstore verify` can look at it.
   report.kept = options.keep || report.result === "FAIL";
