@@ -99,8 +99,22 @@ export function runFixture(
   args: readonly string[],
 ): Promise<ChildResult> {
   const { command, args: argv } = childCommand(path.join(FIXTURES, fixture), args);
+  return runCommand(command, argv);
+}
+
+/**
+ * Runs `command args` from the project root to its end and collects its
+ * output. Asynchronous, so the test runner's timers keep running meanwhile.
+ *
+ * @param command Executable path or name.
+ * @param args Its arguments.
+ */
+export function runCommand(
+  command: string,
+  args: readonly string[],
+): Promise<ChildResult> {
   return new Promise<ChildResult>((resolve, reject) => {
-    const child = spawn(command, argv, {
+    const child = spawn(command, args, {
       cwd: PROJECT_ROOT,
       stdio: ["ignore", "pipe", "pipe"],
       env: { ...process.env, NO_COLOR: "1" },

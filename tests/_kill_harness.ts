@@ -36,6 +36,7 @@ import type { AdapterName, RuntimeName } from "../src/runtime/port.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import type { FlushDiskType } from "../src/store/options.ts";
 import { FIXTURES, PROJECT_ROOT } from "./_helpers.ts";
+import { prng } from "./_prng.ts";
 
 /** Topics the children write to. */
 export const KILL_TOPICS: readonly string[] = ["KillA", "KillB", "KillC"];
@@ -95,18 +96,6 @@ export function queueOf(seq: number): { topic: string; queueId: number } {
 /** Message `seq` bound for `topic`/`queueId`. */
 export function messageOf(seq: number, topic: string, queueId: number): MessageInput {
   return { topic, queueId, body: bodyOf(seq), properties: propertiesOf(seq) };
-}
-
-/** A tiny deterministic PRNG (mulberry32). */
-export function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6D2B79F5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** The command line running `script` on `runtime`, whatever runtime this process is. */
@@ -639,7 +628,7 @@ function messageOfRead(result: unknown): DecodedMessage | undefined {
  *   the child's configuration and the seed.
  */
 export async function runKillChain(options: ChainOptions): Promise<ChainReport> {
-  const rng = random(options.seed);
+  const rng = prng(options.seed);
   const log = options.log ?? (() => {});
   const { directory, segmentBytes } = options;
   const report: ChainReport = {

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
+import path from "node:path";
 /**
  * Helpers of the commit-log and message-store tests: stores on a memory
  * port with a manual clock, reading the records back from the files, file
@@ -15,6 +16,7 @@ import { MemoryPort } from "../src/runtime/mod.ts";
 import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { ManualClock } from "../src/segment/clock.ts";
+import { withTempDirectory } from "./_helpers.ts";
 
 /** 64 KiB segments: small enough to roll often. */
 export const SEGMENT_BYTES = 0x1_0000;
@@ -245,6 +247,15 @@ export function gatedPort(inner: RuntimePort): GatedPort {
       return waiters.length;
     },
   };
+}
+
+/**
+ * Runs `body` with a store directory on real files: `<tmp>/store` inside a
+ * fresh temporary directory (not yet created, as a new store's would be),
+ * removed afterwards.
+ */
+export function withStoreDirectory(body: (directory: string) => Promise<void>): Promise<void> {
+  return withTempDirectory((root) => body(path.join(root, "store")));
 }
 
 /** Lets queued callbacks and I/O completions run (to check something did NOT happen). */

@@ -16,42 +16,12 @@ import path from "node:path";
 import process from "node:process";
 import { describe, test } from "node:test";
 import { parseBenchArguments } from "../src/cli/bench.ts";
-import { EXIT_OK, EXIT_USAGE, runCliAsync } from "../src/cli/main.ts";
+import { EXIT_OK, EXIT_USAGE } from "../src/cli/main.ts";
 import { Progress } from "../src/cli/_progress.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import type { RuntimeName } from "../src/runtime/port.ts";
-import { makeTempDirectory, PROJECT_ROOT, removeDirectory } from "./_helpers.ts";
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function run(argv: string[]): Promise<Run> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCliAsync(argv, {
-    stdout: (text) => stdout += text,
-    stderr: (text) => stderr += text,
-  });
-  return { code, stdout, stderr };
-}
-
-/** Runs a process to its end, collecting its output (bun's test timer keeps running meanwhile). */
-function spawnRun(command: string, args: string[]): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: PROJECT_ROOT, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8");
-    child.stderr.setEncoding("utf8");
-    child.stdout.on("data", (text: string) => stdout += text);
-    child.stderr.on("data", (text: string) => stderr += text);
-    child.on("error", reject);
-    child.on("close", (code) => resolve({ code: code ?? -1, stdout, stderr }));
-  });
-}
+import { makeTempDirectory, PROJECT_ROOT, removeDirectory, runCommand } from "./_helpers.ts";
+import { cliCommand, runCliInProcess } from "./_cli_helpers.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;
@@ -75,7 +45,7 @@ describe("mqstore bench", () => {
         const root = makeTempDirectory();
         try {
           const directory = path.join(root, "store");
-          const result = await run([
+          const result = await runCliInProcess([
             "bench",
             ...SMALL,
             "--flush",
@@ -134,7 +104,14 @@ describe("mqstore bench", () => {
     "runCliAsync() bench prints a text report ending in PASS and removes its temp directory",
     STORE_TEST,
     async () => {
-      const result = await run(["bench", ...SMALL, "--queues", "3", "--progress", "lines"]);
+      const result = await runCliInProcess([
+        "bench",
+        ...SMALL,
+        "--queues",
+        "3",
+        "--progress",
+        "lines",
+      ]);
       assert.equal(result.code, EXIT_OK, result.stderr);
       const lines = result.stdout.trim().split("\n");
       assert.equal(lines.at(-1), "PASS");
@@ -156,12 +133,19 @@ describe("mqstore bench", () => {
     try {
       const directory = path.join(root, "kept");
       fs.mkdirSync(directory);
-      const result = await run(["bench", ...SMALL, "--dir", directory, "--keep", "--json"]);
+      const result = await runCliInProcess([
+        "bench",
+        ...SMALL,
+        "--dir",
+        directory,
+        "--keep",
+        "--json",
+      ]);
       assert.equal(result.code, EXIT_OK, result.stderr);
       const report = JSON.parse(result.stdout) as Json;
       assert.equal(report.kept, true);
       assert.ok(names(directory).includes("commitlog"));
-      const verify = await run(["verify", "--json", directory]);
+      const verify = await runCliInProcess(["verify", "--json", directory]);
       assert.equal(verify.code, EXIT_OK, verify.stdout);
       const verified = JSON.parse(verify.stdout) as Json;
       assert.equal(verified.messages, 2000);
@@ -175,14 +159,14 @@ describe("mqstore bench", () => {
     const root = makeTempDirectory();
     try {
       fs.writeFileSync(path.join(root, "precious"), "data");
-      const result = await run(["bench", ...SMALL, "--dir", root]);
+      const result = await runCliInProcess(["bench", ...SMALL, "--dir", root]);
       assert.equal(result.code, EXIT_USAGE);
       assert.match(result.stderr, /is not empty/);
       assert.equal(result.stderr.trim().split("\n").length, 1, result.stderr);
       assert.equal(result.stdout, "");
       assert.deepEqual(names(root), ["precious"]);
       assert.equal(fs.readFileSync(path.join(root, "precious"), "utf8"), "data");
-      const file = await run(["bench", ...SMALL, "--dir", path.join(root, "precious")]);
+      const file = await runCliInProcess(["bench", ...SMALL, "--dir", path.join(root, "precious")]);
       assert.equal(file.code, EXIT_USAGE);
       assert.match(file.stderr, /is not a directory/);
     } finally {
@@ -213,7 +197,7 @@ describe("mqstore bench", () => {
       [["store-dir"], /unexpected argument store-dir/],
     ];
     for (const [argv, message] of cases) {
-      const result = await run(["bench", ...argv]);
+      const result = await runCliInProcess(["bench", ...argv]);
       assert.equal(result.code, EXIT_USAGE, argv.join(" "));
       assert.match(result.stderr, message, argv.join(" "));
       assert.equal(result.stderr.trim().split("\n").length, 1, result.stderr);
@@ -267,33 +251,24 @@ describe("mqstore bench", () => {
     async () => {
       const root = makeTempDirectory();
       try {
-        const main = path.join(PROJECT_ROOT, "src", "cli", "main.ts");
-        const runtime = runtimeName();
-        const prefix = runtime === "deno"
-          ? ["run", "-A", "--no-check", main]
-          : runtime === "bun"
-          ? [main]
-          : ["--import", "tsx", main];
         const args = ["bench", "--messages", "300", "--segment-size", "1m", "--queues", "2"];
-        const here = await spawnRun(process.execPath, [...prefix, ...args, "--dir", `${root}/a`]);
+        const spawnCli = (argv: string[]) => {
+          const cli = cliCommand(argv);
+          return runCommand(cli.command, cli.args);
+        };
+        const here = await spawnCli([...args, "--dir", `${root}/a`]);
         assert.equal(here.code, EXIT_OK, here.stderr);
         assert.equal(here.stdout.trim().split("\n").at(-1), "PASS");
         // stderr is a pipe, not a terminal: plain progress lines.
         assert.match(here.stderr, /^read +100%/m);
         assert.doesNotMatch(here.stderr, /\r/);
-        const other: RuntimeName = runtime === "node" ? "bun" : "node";
-        const there = await spawnRun(
-          process.execPath,
-          [...prefix, ...args, "--dir", `${root}/b`, "--json", "--runtime", other],
-        );
+        const other: RuntimeName = runtimeName() === "node" ? "bun" : "node";
+        const there = await spawnCli([...args, "--dir", `${root}/b`, "--json", "--runtime", other]);
         assert.equal(there.code, EXIT_OK, there.stderr);
         const report = JSON.parse(there.stdout) as Json;
         assert.equal(report.runtime, other);
         assert.equal(report.result, "PASS");
-        const refused = await spawnRun(
-          process.execPath,
-          [...prefix, "bench", "--dir", PROJECT_ROOT, "--runtime", other],
-        );
+        const refused = await spawnCli(["bench", "--dir", PROJECT_ROOT, "--runtime", other]);
         assert.equal(refused.code, EXIT_USAGE, "the child's exit code is relayed");
         assert.match(refused.stderr, /is not empty/);
         assert.equal(fs.readdirSync(root).length, 0, "both runs removed their stores");
@@ -306,20 +281,13 @@ describe("mqstore bench", () => {
   test("mqstore bench stopped by SIGINT removes its store and exits 130", STORE_TEST, async () => {
     const root = makeTempDirectory();
     try {
-      const main = path.join(PROJECT_ROOT, "src", "cli", "main.ts");
-      const runtime = runtimeName();
-      const prefix = runtime === "deno"
-        ? ["run", "-A", "--no-check", main]
-        : runtime === "bun"
-        ? [main]
-        : ["--import", "tsx", main];
       // Far more messages than the run gets through before the signal.
       const args = ["bench", "--messages", "5m", "--size", "128", "--segment-size", "64m"];
-      const child = spawn(
-        process.execPath,
-        [...prefix, ...args, "--dir", `${root}/store`, "--progress", "lines"],
-        { cwd: PROJECT_ROOT, stdio: ["ignore", "pipe", "pipe"] },
-      );
+      const cli = cliCommand([...args, "--dir", `${root}/store`, "--progress", "lines"]);
+      const child = spawn(cli.command, cli.args, {
+        cwd: PROJECT_ROOT,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
       let stderr = "";
       child.stderr.setEncoding("utf8");
       child.stdout.resume();

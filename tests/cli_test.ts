@@ -12,7 +12,6 @@ import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
-import process from "node:process";
 import { describe, test } from "node:test";
 import {
   EXIT_INVALID_RECORD,
@@ -20,45 +19,15 @@ import {
   EXIT_NOT_FOUND,
   EXIT_OK,
   EXIT_USAGE,
-  runCliAsync,
 } from "../src/cli/main.ts";
-import { runtimeName } from "../src/runtime/info.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { makeTempDirectory, PROJECT_ROOT, removeDirectory } from "./_helpers.ts";
+import { cliCommand, type CliRun, runCliInProcess } from "./_cli_helpers.ts";
 import { copyCorpusStore, CORPUS_SKIP, type Json } from "./_corpus_helpers.ts";
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function run(argv: string[]): Promise<Run> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCliAsync(argv, {
-    stdout: (text) => stdout += text,
-    stderr: (text) => stderr += text,
-  });
-  return { code, stdout, stderr };
-}
-
-/** The command line that runs the CLI under the runtime running this test. */
-function cliCommand(): [string, string[]] {
-  const main = path.join(PROJECT_ROOT, "src", "cli", "main.ts");
-  switch (runtimeName()) {
-    case "deno":
-      return [process.execPath, ["run", "-A", "--no-check", main]];
-    case "bun":
-      return [process.execPath, [main]];
-    default:
-      return [process.execPath, ["--import", "tsx", main]];
-  }
-}
-
-function spawnCli(argv: string[]): Run {
-  const [command, prefix] = cliCommand();
-  const result = spawnSync(command, [...prefix, ...argv], {
+function spawnCli(argv: string[]): CliRun {
+  const { command, args } = cliCommand(argv);
+  const result = spawnSync(command, args, {
     cwd: PROJECT_ROOT,
     encoding: "utf8",
     timeout: 60_000,
@@ -89,14 +58,14 @@ describe("mqstore verify, get, stats", () => {
     const crashed = copyCorpusStore("crashed");
     try {
       const before = [digest(pub.directory), digest(crashed.directory)];
-      const ok = await run(["verify", "--json", pub.directory]);
+      const ok = await runCliInProcess(["verify", "--json", pub.directory]);
       assert.equal(ok.code, EXIT_OK, ok.stderr);
       const report = JSON.parse(ok.stdout) as Json;
       assert.equal(report.status, "ok");
       assert.equal(report.messages, 438);
       assert.equal(report.cutOffset, 515724);
       assert.equal(report.consumeQueueUnits, 433);
-      const torn = await run(["verify", "--json", crashed.directory]);
+      const torn = await runCliInProcess(["verify", "--json", crashed.directory]);
       assert.equal(torn.code, EXIT_INVALID_RECORD);
       const tornReport = JSON.parse(torn.stdout) as Json;
       assert.equal(tornReport.status, "torn-tail");
@@ -109,7 +78,7 @@ describe("mqstore verify, get, stats", () => {
       const bytes = fs.readFileSync(first);
       bytes[300] = bytes[300]! ^ 0xFF;
       fs.writeFileSync(first, bytes);
-      const corrupt = await run(["verify", pub.directory]);
+      const corrupt = await runCliInProcess(["verify", pub.directory]);
       assert.equal(corrupt.code, EXIT_INVALID_RECORD);
       assert.match(corrupt.stdout, /status {7}corrupt/);
       assert.equal(digest(crashed.directory), before[1]);
@@ -125,13 +94,13 @@ describe("mqstore verify, get, stats", () => {
     const { root, directory } = copyCorpusStore("public");
     try {
       const before = digest(directory);
-      const byOffset = await run(["get", "--json", directory, "--offset", "176"]);
+      const byOffset = await runCliInProcess(["get", "--json", directory, "--offset", "176"]);
       assert.equal(byOffset.code, EXIT_OK, byOffset.stderr);
       assert.equal(
         (JSON.parse(byOffset.stdout) as Json).msgId,
         "0000000000000000000000000000000100002A9F00000000000000B0",
       );
-      const byQueue = await run([
+      const byQueue = await runCliInProcess([
         "get",
         "--json",
         directory,
@@ -146,7 +115,7 @@ describe("mqstore verify, get, stats", () => {
       ]);
       const lines = byQueue.stdout.trim().split("\n").map((line) => JSON.parse(line) as Json);
       assert.deepEqual(lines.map((m) => m.physicalOffset), [33207, 35840]);
-      const byKey = await run([
+      const byKey = await runCliInProcess([
         "get",
         "--json",
         directory,
@@ -158,12 +127,17 @@ describe("mqstore verify, get, stats", () => {
         "10",
       ]);
       assert.equal(byKey.stdout.trim().split("\n").length, 3);
-      const byId = await run(["get", directory, "--msg-id", "7F00000100002A9F0000000000000000"]);
+      const byId = await runCliInProcess([
+        "get",
+        directory,
+        "--msg-id",
+        "7F00000100002A9F0000000000000000",
+      ]);
       assert.equal(byId.code, EXIT_OK);
       assert.match(byId.stdout, /OrderTopic/);
-      const missing = await run(["get", directory, "--offset", "177"]);
+      const missing = await runCliInProcess(["get", directory, "--offset", "177"]);
       assert.equal(missing.code, EXIT_NOT_FOUND);
-      const stats = await run(["stats", "--json", directory]);
+      const stats = await runCliInProcess(["stats", "--json", directory]);
       const summary = JSON.parse(stats.stdout) as Json;
       assert.equal(summary.maxOffset, 515724);
       assert.equal(summary.queues.length, 25);
@@ -184,7 +158,7 @@ describe("mqstore verify, get, stats", () => {
       [["stats", PROJECT_ROOT, "--bogus"], EXIT_USAGE, /unknown flag --bogus/],
     ];
     for (const [argv, code, message] of cases) {
-      const result = await run(argv);
+      const result = await runCliInProcess(argv);
       assert.equal(result.code, code, argv.join(" "));
       assert.match(result.stderr, message);
       assert.equal(result.stderr.trim().split("\n").length, 1, result.stderr);
@@ -391,7 +365,7 @@ describe("mqstore verify, get, stats", () => {
         fs.cpSync(pristine, copy, { recursive: true });
         damage(copy);
         const before = digest(copy);
-        const result = await run(argv.map((argument) => argument.replace("{}", copy)));
+        const result = await runCliInProcess(argv.map((argument) => argument.replace("{}", copy)));
         assert.equal(result.code, code, `${name}: ${result.stderr}`);
         assert.match(result.stderr, message, name);
         assert.equal(result.stderr.trim().split("\n").length, 1, `${name}: ${result.stderr}`);
@@ -400,9 +374,12 @@ describe("mqstore verify, get, stats", () => {
       }
       // The intact store answers, and is not changed either.
       const before = digest(pristine);
-      assert.equal((await run(["verify", pristine])).code, EXIT_OK);
-      assert.equal((await run(["stats", pristine])).code, EXIT_OK);
-      assert.equal((await run(["get", pristine, "--topic", "T", "--key", "k7"])).code, EXIT_OK);
+      assert.equal((await runCliInProcess(["verify", pristine])).code, EXIT_OK);
+      assert.equal((await runCliInProcess(["stats", pristine])).code, EXIT_OK);
+      assert.equal(
+        (await runCliInProcess(["get", pristine, "--topic", "T", "--key", "k7"])).code,
+        EXIT_OK,
+      );
       assert.equal(digest(pristine), before);
     } finally {
       removeDirectory(root);

@@ -19,6 +19,7 @@ import type { PutMessageResult } from "../src/commit_log/put_message_result.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { makeTempDirectory, removeDirectory } from "./_helpers.ts";
 import { body, killablePort, openMemoryStore, readRecords } from "./_store_helpers.ts";
+import { prng } from "./_prng.ts";
 
 const PAGE = 0x1000;
 const nativeAdapter = availableAdapters().find((a) => a !== "portable" && a !== "memory");
@@ -32,18 +33,6 @@ async function probeCachestat(port: RuntimePort, directory: string): Promise<boo
     await handle.close();
     await port.remove(path);
   }
-}
-
-/** A tiny deterministic PRNG (mulberry32). */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6D2B79F5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 describe("durability", () => {
@@ -99,7 +88,7 @@ describe("durability", () => {
           checked++;
         };
         try {
-          const rng = random(7);
+          const rng = prng(7);
           for (let i = 0; i < 150; i++) {
             await check(
               await store.putMessage({
@@ -136,7 +125,7 @@ describe("durability", () => {
     test(`MessageStore.open() after a power loss keeps every acknowledged put (${mode}, 40 seeds)`, async () => {
       let checkedTotal = 0;
       for (let seed = 1; seed <= 40; seed++) {
-        const rng = random(seed);
+        const rng = prng(seed);
         const port = new MemoryPort(runtimeName());
         const killable = killablePort(port);
         const env = await openMemoryStore({

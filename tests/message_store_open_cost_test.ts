@@ -10,11 +10,11 @@
 
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { describe, test } from "node:test";
 import { MessageStore } from "../src/store/message_store.ts";
 import type { MessageStoreOptions } from "../src/store/options.ts";
+import { withStoreDirectory } from "./_store_helpers.ts";
 
 const QUEUES = 3;
 const SEGMENT_BYTES = 0x1_0000;
@@ -27,15 +27,6 @@ const OPTIONS: MessageStoreOptions = {
   sparseFiles: true,
   onWarning: () => {},
 };
-
-async function withStoreDirectory(run: (directory: string) => Promise<void>): Promise<void> {
-  const root = fs.mkdtempSync(os.tmpdir() + "/mqstore-");
-  try {
-    await run(path.join(root, "store"));
-  } finally {
-    fs.rmSync(root, { recursive: true, force: true });
-  }
-}
 
 /** Puts 300-byte messages round-robin over topic O's queues until the log passes `bytes`. */
 async function fill(store: MessageStore, bytes: number): Promise<number> {

@@ -10,11 +10,11 @@
 
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { describe, test } from "node:test";
 import { MessageStore } from "../src/store/message_store.ts";
 import type { MessageStoreOptions } from "../src/store/options.ts";
+import { withStoreDirectory } from "./_store_helpers.ts";
 
 const QUEUES = 3;
 /** Small bodies, so a step (the smallest: maxMessageSize + 64 KiB) holds a few hundred records. */
@@ -37,15 +37,6 @@ function bodyOf(i: number): Uint8Array {
   const bytes = new Uint8Array(100 + (i * 37) % 500);
   for (let j = 0; j < bytes.length; j++) bytes[j] = (i + j * 7) & 0xFF;
   return bytes;
-}
-
-async function withStoreDirectory(run: (directory: string) => Promise<void>): Promise<void> {
-  const root = fs.mkdtempSync(os.tmpdir() + "/mqstore-");
-  try {
-    await run(path.join(root, "store"));
-  } finally {
-    fs.rmSync(root, { recursive: true, force: true });
-  }
 }
 
 /** Puts messages round-robin over the queues of topic D until the log passes `bytes`. */

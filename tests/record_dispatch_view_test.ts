@@ -21,18 +21,7 @@ import {
   SCHEDULE_TOPIC,
 } from "../src/record/mod.ts";
 import { CORPUS, CORPUS_SKIP } from "./_corpus_helpers.ts";
-
-/** mulberry32: a small seeded PRNG, so every run checks the same cases. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6D2B79F5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 0x1_0000_0000;
-  };
-}
+import { prng } from "./_prng.ts";
 
 const DELAY_LEVELS_MS = [1_000, 5_000, 10_000];
 const checker = new RecordChecker({ checkCrc: false });

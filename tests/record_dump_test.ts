@@ -8,15 +8,14 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import process from "node:process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { type DumpEntry, dumpEntryJson, dumpFile, type DumpFileEnd } from "../src/cli/dump.ts";
 import { EXIT_INVALID_RECORD, EXIT_IO, EXIT_OK, EXIT_USAGE, runCli } from "../src/cli/main.ts";
+import { cliCommand } from "./_cli_helpers.ts";
 
 const REPOSITORY = fileURLToPath(new URL("..", import.meta.url));
 const CORPUS = path.resolve(REPOSITORY, "..", "shared", "testdata", "rocketmq-4.9.8");
-const MAIN = path.join(REPOSITORY, "src", "cli", "main.ts");
 
 // deno-lint-ignore no-explicit-any
 type ManifestEntry = Record<string, any>;
@@ -61,14 +60,6 @@ function dumpAll(
 function withoutGenCases(entry: ManifestEntry): ManifestEntry {
   const { genCases: _cases, ...fields } = entry;
   return fields;
-}
-
-/** The command line that runs the CLI under the runtime running this test. */
-function cliCommand(): string[] {
-  const host = globalThis as { Deno?: { execPath(): string }; Bun?: unknown };
-  if (host.Deno !== undefined) return [host.Deno.execPath(), "run", "-A", MAIN];
-  if (host.Bun !== undefined) return [process.execPath, MAIN];
-  return [process.execPath, "--import", "tsx", MAIN];
 }
 
 function capture(argv: string[]): { code: number; stdout: string; stderr: string } {
@@ -201,9 +192,10 @@ describe("mqstore dump", () => {
   });
 
   test("the mqstore command exits with the dump's code and one-line errors", () => {
-    const [command, ...prefix] = cliCommand();
-    const run = (argv: string[]) =>
-      spawnSync(command!, [...prefix, ...argv], { cwd: REPOSITORY, encoding: "utf8" });
+    const run = (argv: string[]) => {
+      const cli = cliCommand(argv);
+      return spawnSync(cli.command, cli.args, { cwd: REPOSITORY, encoding: "utf8" });
+    };
     const dump = run(["dump", "--json", ...crashedCorpus.files.slice(-2)]);
     assert.equal(dump.status, EXIT_INVALID_RECORD, dump.stderr);
     const lines = dump.stdout.trimEnd().split("\n");

@@ -7,18 +7,7 @@ import {
   type MessageInput,
   type PropertiesInput,
 } from "../src/record/mod.ts";
-
-/** mulberry32: a small seeded PRNG, so every run checks the same cases. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6D2B79F5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 0x1_0000_0000;
-  };
-}
+import { prng } from "./_prng.ts";
 
 const body = new Uint8Array([1, 2, 3]);
 

@@ -1,11 +1,10 @@
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import path from "node:path";
-import process from "node:process";
 import { describe, test } from "node:test";
 import { availableAdapters, createPort } from "../src/runtime/mod.ts";
 import { runtimeName } from "../src/runtime/info.ts";
-import { childCommand, FIXTURES, PROJECT_ROOT } from "./_helpers.ts";
+import { childCommand, FIXTURES, runCommand } from "./_helpers.ts";
 import { canLock, hasIpcLock, lockedBytes } from "./_locked_memory.ts";
 
 /** 4 MiB: below the usual 8 MiB RLIMIT_MEMLOCK, so it locks without privileges. */
@@ -22,28 +21,6 @@ function works(command: string): boolean {
   } catch {
     return false;
   }
-}
-
-/** Runs `command args` and resolves with its stdout; rejects when it fails. */
-function run(command: string, args: readonly string[]): Promise<string> {
-  return new Promise<string>((resolve, reject) => {
-    const child = spawn(command, args, {
-      cwd: PROJECT_ROOT,
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, NO_COLOR: "1" },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8");
-    child.stderr.setEncoding("utf8");
-    child.stdout.on("data", (text: string) => (stdout += text));
-    child.stderr.on("data", (text: string) => (stderr += text));
-    child.on("error", reject);
-    child.on("close", (code) => {
-      if (code === 0) resolve(stdout);
-      else reject(new Error(`${command} exited with ${code}: ${stderr.trim()}`));
-    });
-  });
 }
 
 /** Why the fallback child cannot run here, or undefined. */
@@ -113,14 +90,15 @@ describe("RuntimePort.allocateLockedBuffer()", () => {
       const dropCapability = hasIpcLock()
         ? ["setpriv", "--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock", "--"]
         : [];
-      const stdout = await run("prlimit", [
+      const result = await runCommand("prlimit", [
         `--memlock=${CHILD_LIMIT_BYTES}:${CHILD_LIMIT_BYTES}`,
         "--",
         ...dropCapability,
         child.command,
         ...child.args,
       ]);
-      const report = JSON.parse(stdout.trim()) as {
+      assert.equal(result.code, 0, `prlimit exited with ${result.code}: ${result.stderr.trim()}`);
+      const report = JSON.parse(result.stdout.trim()) as {
         adapter: string;
         locked: boolean[];
         notices: string[];

@@ -1231,25 +1231,18 @@ export class CommitLog {
       }
       if (this.#backlogged()) {
         if (!await this.#waitForProgress(put.startMs)) {
-          this.#shiftPending();
-          this.#stats.recordFailure("OS_PAGECACHE_BUSY");
-          put.resolve(failed(
-            "OS_PAGECACHE_BUSY",
-            new MqStoreError(
-              "OS_PAGECACHE_BUSY",
-              `The put waited ${
-                this.#clock.nowMs() - put.startMs
-              } ms, past osPageCacheBusyTimeOutMills ${this.#options.osPageCacheBusyTimeOutMills} ms: the flusher is ${
-                this.queue.maxWrotePosition - this.queue.flushedWhere
-              } bytes behind (bound ${this.#options.unflushedBytesMax})${
-                this.#pool === undefined
-                  ? ""
-                  : ` and ${
-                    this.queue.maxWrotePosition - this.queue.committedWhere
-                  } bytes wait for the committer`
-              }`,
-            ),
-          ));
+          this.#refuseBusy(
+            put,
+            `: the flusher is ${
+              this.queue.maxWrotePosition - this.queue.flushedWhere
+            } bytes behind (bound ${this.#options.unflushedBytesMax})${
+              this.#pool === undefined
+                ? ""
+                : ` and ${
+                  this.queue.maxWrotePosition - this.queue.committedWhere
+                } bytes wait for the committer`
+            }`,
+          );
         }
         continue;
       }
@@ -1262,19 +1255,12 @@ export class CommitLog {
             // Every pool buffer holds uncommitted bytes: wait for the committer.
             this.#committer?.wakeup();
             if (await this.#waitForProgress(put.startMs)) continue;
-            this.#shiftPending();
-            this.#stats.recordFailure("OS_PAGECACHE_BUSY");
-            put.resolve(failed(
-              "OS_PAGECACHE_BUSY",
-              new MqStoreError(
-                "OS_PAGECACHE_BUSY",
-                `The put waited ${
-                  this.#clock.nowMs() - put.startMs
-                } ms, past osPageCacheBusyTimeOutMills ${this.#options.osPageCacheBusyTimeOutMills} ms, for a write buffer: all ${this.#pool?.count} hold bytes the committer has not copied (${
-                  this.queue.maxWrotePosition - this.queue.committedWhere
-                } bytes)`,
-              ),
-            ));
+            this.#refuseBusy(
+              put,
+              `, for a write buffer: all ${this.#pool?.count} hold bytes the committer has not copied (${
+                this.queue.maxWrotePosition - this.queue.committedWhere
+              } bytes)`,
+            );
             continue;
           }
           this.#shiftPending();
@@ -1321,6 +1307,25 @@ export class CommitLog {
       this.#shiftPending();
       put.resolve(this.#afterAppend(put.storeHost, put.wait, put.startMs));
     }
+  }
+
+  /**
+   * Fails the head put with OS_PAGECACHE_BUSY after it waited past
+   * osPageCacheBusyTimeOutMills; `waitingFor` ends the message with what
+   * it waited for.
+   */
+  #refuseBusy(put: PendingPut, waitingFor: string): void {
+    this.#shiftPending();
+    this.#stats.recordFailure("OS_PAGECACHE_BUSY");
+    put.resolve(failed(
+      "OS_PAGECACHE_BUSY",
+      new MqStoreError(
+        "OS_PAGECACHE_BUSY",
+        `The put waited ${
+          this.#clock.nowMs() - put.startMs
+        } ms, past osPageCacheBusyTimeOutMills ${this.#options.osPageCacheBusyTimeOutMills} ms${waitingFor}`,
+      ),
+    ));
   }
 
   #shiftPending(): void {
