@@ -21,7 +21,7 @@ import os from "node:os";
 import process from "node:process";
 import type { RuntimeName } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
-import { type ChainReport, runKillChain } from "../tests/_kill_harness.ts";
+import { emptyChainReport, runKillChain } from "../tests/_kill_harness.ts";
 
 const SEGMENT_BYTES = 0x4_0000;
 /** Stop after this many failed chains. */
@@ -85,20 +85,7 @@ async function main(): Promise<number> {
       options.runtimes.join("/")
     } children, chains of ${options.chain}, seed ${options.seed}, parent ${runtimeName()}`,
   );
-  const total: ChainReport = {
-    kills: 0,
-    killsByRuntime: { deno: 0, bun: 0, node: 0 },
-    killsBeforeReady: 0,
-    acksVerified: 0,
-    acksLostAllowed: 0,
-    acksLost: 0,
-    lockChecks: 0,
-    parentReopens: 0,
-    childReopens: 0,
-    parentPuts: 0,
-    putFailures: 0,
-    maxOffset: 0,
-  };
+  const total = emptyChainReport();
   const startedMs = Date.now();
   const failures: string[] = [];
   for (let chain = 0; total.kills < options.iterations; chain++) {

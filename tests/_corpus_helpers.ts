@@ -1,6 +1,6 @@
 /**
  * Helpers of the tests that open the RocketMQ 4.9.8 corpus stores
- * (`/work/shared/testdata/rocketmq-4.9.8`): writable copies, the corpus
+ * (`../shared/testdata/rocketmq-4.9.8` beside the repository): writable copies, the corpus
  * parameters, and its JSON files.
  *
  * @module
@@ -8,10 +8,10 @@
 
 import fs from "node:fs";
 import path from "node:path";
-import { makeTempDirectory } from "./_helpers.ts";
+import { makeTempDirectory, PROJECT_ROOT } from "./_helpers.ts";
 
-/** The corpus root. */
-export const CORPUS = "/work/shared/testdata/rocketmq-4.9.8";
+/** The corpus root: the shared test data beside the repository, wherever it is cloned. */
+export const CORPUS: string = path.join(PROJECT_ROOT, "..", "shared", "testdata", "rocketmq-4.9.8");
 
 /** Whether the corpus is here (tests skip otherwise). */
 export const CORPUS_PRESENT: boolean = fs.existsSync(CORPUS);

@@ -621,17 +621,9 @@ function messageOfRead(result: unknown): DecodedMessage | undefined {
   return undefined;
 }
 
-/**
- * Runs `iterations` spawn/kill/verify cycles on one store directory.
- *
- * @throws {Error} At the first violated property, naming the iteration,
- *   the child's configuration and the seed.
- */
-export async function runKillChain(options: ChainOptions): Promise<ChainReport> {
-  const rng = prng(options.seed);
-  const log = options.log ?? (() => {});
-  const { directory, segmentBytes } = options;
-  const report: ChainReport = {
+/** A report with every count at zero: a chain's start, or a sum over chains. */
+export function emptyChainReport(): ChainReport {
+  return {
     kills: 0,
     killsByRuntime: { deno: 0, bun: 0, node: 0 },
     killsBeforeReady: 0,
@@ -645,6 +637,19 @@ export async function runKillChain(options: ChainOptions): Promise<ChainReport> 
     putFailures: 0,
     maxOffset: 0,
   };
+}
+
+/**
+ * Runs `iterations` spawn/kill/verify cycles on one store directory.
+ *
+ * @throws {Error} At the first violated property, naming the iteration,
+ *   the child's configuration and the seed.
+ */
+export async function runKillChain(options: ChainOptions): Promise<ChainReport> {
+  const rng = prng(options.seed);
+  const log = options.log ?? (() => {});
+  const { directory, segmentBytes } = options;
+  const report = emptyChainReport();
   /** Every acknowledged message still expected, by offset. */
   const model = new Map<number, Ack>();
   /** What the next child's recovery must report: where the files end, whether closed cleanly. */

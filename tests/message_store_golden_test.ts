@@ -1,6 +1,6 @@
 /**
  * Opening store directories written by the real RocketMQ 4.9.8 store
- * (`/work/shared/testdata/rocketmq-4.9.8`, copied to a temp directory):
+ * (`../shared/testdata/rocketmq-4.9.8`, copied to a temp directory):
  * a clean one keeps every record and queue offset; a crashed one with a
  * torn tail record is cut exactly before it, the empty segment after it is
  * deleted, and new puts continue from there.
@@ -18,11 +18,11 @@ import { runtimeName } from "../src/runtime/info.ts";
 import { createPort, MemoryPort } from "../src/runtime/mod.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { MessageStore } from "../src/store/message_store.ts";
+import { CORPUS, CORPUS_PRESENT } from "./_corpus_helpers.ts";
 import { makeTempDirectory, removeDirectory } from "./_helpers.ts";
 import { body, readRecords, segmentNames } from "./_store_helpers.ts";
 
-const CORPUS = "/work/shared/testdata/rocketmq-4.9.8";
-const present = fs.existsSync(CORPUS);
+const present = CORPUS_PRESENT;
 
 interface Summary {
   messages: number;

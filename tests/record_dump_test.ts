@@ -10,12 +10,12 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { CORPUS } from "./_corpus_helpers.ts";
 import { type DumpEntry, dumpEntryJson, dumpFile, type DumpFileEnd } from "../src/cli/dump.ts";
 import { EXIT_INVALID_RECORD, EXIT_IO, EXIT_OK, EXIT_USAGE, runCli } from "../src/cli/main.ts";
 import { cliCommand } from "./_cli_helpers.ts";
 
 const REPOSITORY = fileURLToPath(new URL("..", import.meta.url));
-const CORPUS = path.resolve(REPOSITORY, "..", "shared", "testdata", "rocketmq-4.9.8");
 
 // deno-lint-ignore no-explicit-any
 type ManifestEntry = Record<string, any>;

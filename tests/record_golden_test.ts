@@ -11,7 +11,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { CORPUS } from "./_corpus_helpers.ts";
 import {
   checkRecord,
   decodeMessageView,
@@ -27,9 +27,6 @@ import {
   recordSizeOf,
   transactionTypeOf,
 } from "../src/record/mod.ts";
-
-const REPOSITORY = fileURLToPath(new URL("..", import.meta.url));
-const CORPUS = path.resolve(REPOSITORY, "..", "shared", "testdata", "rocketmq-4.9.8");
 
 // deno-lint-ignore no-explicit-any
 type ManifestEntry = Record<string, any>;

@@ -17,9 +17,9 @@ import type { RuntimePort } from "../src/runtime/port.ts";
 import { ConsumeQueueTable } from "../src/store/consume_queue_table.ts";
 import { IndexService } from "../src/store/index_service.ts";
 import { IndexFile } from "../src/store/index_file.ts";
-import { makeTempDirectory, PROJECT_ROOT, removeDirectory } from "./_helpers.ts";
+import { CORPUS } from "./_corpus_helpers.ts";
+import { makeTempDirectory, removeDirectory } from "./_helpers.ts";
 
-const CORPORA = path.join(PROJECT_ROOT, "..", "shared", "testdata", "rocketmq-4.9.8");
 const CQ_FILE_SIZE_BYTES = 600;
 const HASH_SLOT_NUM = 64;
 const INDEX_NUM = 256;
@@ -88,7 +88,7 @@ function readJsonLines<T>(file: string): T[] {
 }
 
 function corpus(name: "public" | "crashed") {
-  const dir = path.join(CORPORA, name);
+  const dir = path.join(CORPUS, name);
   return {
     dir,
     cq: () => readJsonLines<CqRow>(path.join(dir, "consumequeue.jsonl")),
@@ -103,7 +103,7 @@ function corpus(name: "public" | "crashed") {
 function copyStore(name: "public" | "crashed"): { root: string; cleanup(): void } {
   const temp = makeTempDirectory();
   const root = path.join(temp, "store");
-  fs.cpSync(path.join(CORPORA, name, "store"), root, { recursive: true });
+  fs.cpSync(path.join(CORPUS, name, "store"), root, { recursive: true });
   const makeWritable = (p: string) => {
     const stat = fs.statSync(p);
     fs.chmodSync(p, stat.isDirectory() ? 0o755 : 0o644);
@@ -202,7 +202,7 @@ describe("ConsumeQueueTable on the RocketMQ 4.9.8 corpora", () => {
       }
       await table.flush(0);
       await table.close();
-      const fixtureCq = path.join(CORPORA, "public", "store", "consumequeue");
+      const fixtureCq = path.join(CORPUS, "public", "store", "consumequeue");
       const ourCq = path.join(temp, "consumequeue");
       assert.deepEqual(fs.readdirSync(ourCq).sort(), fs.readdirSync(fixtureCq).sort());
       let files = 0;
@@ -392,7 +392,7 @@ describe("IndexService on the RocketMQ 4.9.8 corpora", () => {
       await index.close();
       ours.forEach((ourPath, i) => {
         const theirs = fs.readFileSync(
-          path.join(CORPORA, "public", "store", "index", expected.files[i]!.file),
+          path.join(CORPUS, "public", "store", "index", expected.files[i]!.file),
         );
         assert.equal(theirs.length, INDEX_FILE_SIZE_BYTES);
         assert.ok(fs.readFileSync(ourPath).equals(theirs), `${ourPath} is byte-identical`);
