@@ -249,6 +249,72 @@ for (const [adapter, portOrError] of created) {
       });
     });
 
+    test("FileHandle.writeSync() and datasyncSync() write and flush on the calling thread", async () => {
+      await scratch(port, async (directory) => {
+        const sizeBytes = 8 * PAGE;
+        const file = await port.createFile(`${directory}/a`, sizeBytes);
+        try {
+          file.writeSync(pattern(2 * PAGE + 3, 9), PAGE - 1);
+          const back = new Uint8Array(2 * PAGE + 3);
+          assert.equal(await file.read(back, PAGE - 1), back.length);
+          assert.deepEqual(back, pattern(2 * PAGE + 3, 9));
+          const before = file.pageCacheState(0, sizeBytes);
+          if (before !== undefined) assert.ok(before.dirtyPages > 0, JSON.stringify(before));
+          assert.ok(file.datasyncSync !== undefined, "every adapter offers datasyncSync");
+          file.datasyncSync();
+          const after = file.pageCacheState(0, sizeBytes);
+          if (after !== undefined) {
+            assert.equal(after.dirtyPages + after.writebackPages, 0, JSON.stringify(after));
+          }
+          assert.throws(() => file.writeSync(new Uint8Array(1), -1), RangeError);
+        } finally {
+          await file.close();
+        }
+        assert.throws(() => file.writeSync(new Uint8Array(1), 0), { code: "CLOSED" });
+        assert.throws(() => file.datasyncSync!(), { code: "CLOSED" });
+      });
+    });
+
+    test("FileHandle.dataRanges() leaves out extents allocated and never written", async () => {
+      await scratch(port, async (directory) => {
+        const sizeBytes = 0x40_0000;
+        const file = await port.createFile(`${directory}/a`, sizeBytes);
+        try {
+          const written = [0x100, 0x20_0007, 0x20_2000 - 1];
+          for (const at of written) await file.write(Uint8Array.of(1), at);
+          await file.datasync();
+          // Out of the page cache, so only what the extents hold is data.
+          file.adviseCache(0, sizeBytes, "dontneed");
+          const ranges = file.dataRanges(0, sizeBytes);
+          let at = 0;
+          for (const range of ranges) {
+            assert.ok(range.position >= at && range.length > 0, JSON.stringify(ranges));
+            at = range.position + range.length;
+          }
+          assert.ok(at <= sizeBytes);
+          for (const byte of written) {
+            assert.ok(
+              ranges.some((r) => r.position <= byte && byte < r.position + r.length),
+              `byte ${byte} is in ${JSON.stringify(ranges)}`,
+            );
+          }
+          if (native) {
+            // The never-written last MiB is a hole to SEEK_DATA.
+            assert.ok(at <= 0x30_0000, JSON.stringify(ranges));
+          } else {
+            assert.deepEqual(ranges, [{ position: 0, length: sizeBytes }]);
+          }
+          const inner = file.dataRanges(0x20_0000, 0x1000);
+          assert.ok(
+            inner.every((r) => r.position >= 0x20_0000 && r.position + r.length <= 0x20_1000),
+          );
+          assert.deepEqual(file.dataRanges(5, 0), []);
+        } finally {
+          await file.close();
+        }
+      });
+    });
+
     test("a fresh child process reads back what write() and the mapping stored", {
       skip: notOnDisk,
     }, async () => {

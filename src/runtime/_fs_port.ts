@@ -21,6 +21,7 @@ import type {
   DirectoryLock,
   DiskSpace,
   FileHandle,
+  FileRange,
   FileStat,
   LockedBuffer,
   Mapping,
@@ -29,6 +30,7 @@ import type {
   RuntimeName,
   RuntimePort,
 } from "./port.ts";
+import { FILE_DATA_RANGES_MAX } from "./port.ts";
 
 const LOCK_FILE = "lock";
 const PID_FILE = "lock.pid";
@@ -266,6 +268,28 @@ class FsFileHandle implements FileHandle {
     }
   }
 
+  writeSync(source: Uint8Array, position: number): void {
+    checkRange(`write ${this.path}`, position, source.length, FILE_SIZE_MAX_BYTES);
+    this.#checkOpen("write");
+    if (this.readOnly) {
+      throw new MqStoreError(
+        "PERMISSION_DENIED",
+        `Cannot write ${this.path}: the file was opened read-only`,
+      );
+    }
+    let done = 0;
+    try {
+      while (done < source.length) {
+        done += fs.writeSync(this.#fd, source, done, source.length - done, position + done);
+      }
+    } catch (error) {
+      throw systemError(error, "write", this.path);
+    }
+    if (position + source.length > this.sizeBytes) {
+      this.sizeBytes = position + source.length;
+    }
+  }
+
   datasync(): Promise<void> {
     this.#checkOpen("fdatasync");
     return call<void>(
@@ -273,6 +297,15 @@ class FsFileHandle implements FileHandle {
       this.path,
       (cb) => fs.fdatasync(this.#fd, cb),
     );
+  }
+
+  datasyncSync(): void {
+    this.#checkOpen("fdatasync");
+    try {
+      fs.fdatasyncSync(this.#fd);
+    } catch (error) {
+      throw systemError(error, "fdatasync", this.path);
+    }
   }
 
   pageCacheState(position: number, length: number): PageCacheState | undefined {
@@ -285,6 +318,32 @@ class FsFileHandle implements FileHandle {
   adviseCache(position: number, length: number, advice: Advice): void {
     if (this.#native === undefined || this.#closed) return;
     this.#native.fadvise(this.#fd, position, length, FADVICE[advice]);
+  }
+
+  dataRanges(position: number, length: number): FileRange[] {
+    checkRange(`list the data of ${this.path}`, position, length, FILE_SIZE_MAX_BYTES);
+    if (length === 0) return [];
+    const whole = [{ position, length }];
+    const native = this.#native;
+    if (native === undefined || this.#closed) return whole;
+    // lseek moves the descriptor's offset, which nothing else uses: every
+    // read and write is positional.
+    const end = position + length;
+    const ranges: FileRange[] = [];
+    // Bounded by the ranges listed: each round lists one or ends.
+    for (let at = position; at < end;) {
+      const data = native.lseek(this.#fd, at, LINUX.SEEK_DATA);
+      if (data === -LINUX.ENXIO) break;
+      // EINVAL: a file system without SEEK_DATA; nothing can be skipped.
+      if (data < 0) return whole;
+      if (data >= end) break;
+      const hole = native.lseek(this.#fd, data, LINUX.SEEK_HOLE);
+      if (hole < 0) return whole;
+      const stop = ranges.length === FILE_DATA_RANGES_MAX - 1 ? end : Math.min(hole, end);
+      ranges.push({ position: data, length: stop - data });
+      at = stop;
+    }
+    return ranges;
   }
 
   async close(): Promise<void> {

@@ -109,6 +109,11 @@ export interface NativeLibc {
   cachestat(fd: number, offset: number, length: number): PageCacheState | undefined;
   /** `posix_fadvise`: 0 or errno. */
   fadvise(fd: number, offset: number, length: number, advice: number): number;
+  /**
+   * `lseek(fd, offset, whence)` (for `SEEK_DATA`/`SEEK_HOLE`): the offset
+   * reached, or minus the errno (`-ENXIO`: no data at or after `offset`).
+   */
+  lseek(fd: number, offset: number, whence: number): number;
 }
 
 /** Linux constants (identical on x86_64 and arm64). */
@@ -141,6 +146,9 @@ export const LINUX = {
   F_WRLCK: 1,
   F_UNLCK: 2,
   SEEK_SET: 0,
+  SEEK_DATA: 3,
+  SEEK_HOLE: 4,
+  ENXIO: 6,
   /** `cachestat` has the same number on every architecture (new-style syscall). */
   SYS_CACHESTAT: 451,
   _SC_PAGESIZE: 30,

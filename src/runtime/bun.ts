@@ -131,6 +131,7 @@ interface LibcSymbols {
   sysconf(name: number): number;
   posix_fallocate(fd: number, offset: number, length: number): number;
   posix_fadvise(fd: number, offset: number, length: number, advice: number): number;
+  lseek(fd: number, offset: number, whence: number): number;
   mmap(
     address: null,
     length: number,
@@ -169,6 +170,7 @@ const SYMBOLS = {
   sysconf: { args: ["i32"], returns: "i64_fast" },
   posix_fallocate: { args: ["i32", "i64", "i64"], returns: "i32" },
   posix_fadvise: { args: ["i32", "i64", "i64", "i32"], returns: "i32" },
+  lseek: { args: ["i32", "i64", "i32"], returns: "i64_fast" },
   mmap: { args: ["ptr", "usize", "i32", "i32", "i32", "i64"], returns: "i64_fast" },
   munmap: { args: ["ptr", "usize"], returns: "i32" },
   madvise: { args: ["ptr", "usize", "i32"], returns: "i32" },
@@ -260,6 +262,11 @@ class BunLibc implements NativeLibc {
 
   fadvise(fd: number, offset: number, length: number, advice: number): number {
     return this.#libc.posix_fadvise(fd, offset, length, advice);
+  }
+
+  lseek(fd: number, offset: number, whence: number): number {
+    const reached = this.#libc.lseek(fd, offset, whence);
+    return reached === -1 ? -this.#errno() : reached;
   }
 
   mmap(

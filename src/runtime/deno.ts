@@ -80,6 +80,7 @@ const SYMBOLS = {
   munlock: { parameters: ["pointer", "usize"], result: "i32" },
   posix_fallocate: { parameters: ["i32", "i64", "i64"], result: "i32" },
   posix_fadvise: { parameters: ["i32", "i64", "i64", "i32"], result: "i32" },
+  lseek: { parameters: ["i32", "i64", "i32"], result: "i64" },
   fcntl: { parameters: ["i32", "i32", "buffer"], result: "i32" },
   syscall: { parameters: ["i64", "i64", "buffer", "buffer", "i64"], result: "i64" },
   sysconf: { parameters: ["i32"], result: "i64" },
@@ -296,6 +297,11 @@ class DenoLibc implements NativeLibc {
   fadvise(fd: number, offset: number, length: number, advice: number): number {
     // posix_fadvise returns the error number instead of setting errno.
     return this.#libc.posix_fadvise(fd, BigInt(offset), BigInt(length), advice);
+  }
+
+  lseek(fd: number, offset: number, whence: number): number {
+    const reached = this.#libc.lseek(fd, BigInt(offset), whence);
+    return reached === -1n ? -this.#errno() : Number(reached);
   }
 
   /**

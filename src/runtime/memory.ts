@@ -11,8 +11,8 @@
  *
  * | operation                         | makes                                         |
  * | --------------------------------- | --------------------------------------------- |
- * | `write()`, writes through `bytes` | a change to the cache only                    |
- * | `datasync()`                      | the whole file (content and size) durable     |
+ * | `write()`, `writeSync()`, `bytes` | a change to the cache only                    |
+ * | `datasync()`, `datasyncSync()`    | the whole file (content and size) durable     |
  * | `Mapping.sync(p, n)`              | the 4 KiB pages touching `[p, p + n)` durable |
  * | `createFile`, `rename`, `remove`  | a change to the live directory entries only   |
  * | `syncDirectory(dir)`              | all of `dir`'s entries durable                |
@@ -54,8 +54,9 @@
  * GiB, mostly first-touch faults), so seeded crash tests want small
  * segments.
  *
- * Faults ({@link MemoryPort.failNext}) hit `FileHandle.write` (`write`),
- * `FileHandle.datasync` and `Mapping.sync` (`flush`) and `createFile`
+ * Faults ({@link MemoryPort.failNext}) hit `FileHandle.write` and
+ * `FileHandle.writeSync` (`write`), `FileHandle.datasync`,
+ * `FileHandle.datasyncSync` and `Mapping.sync` (`flush`) and `createFile`
  * (`create`); a failed operation changes nothing. Space: files count with
  * their full size (sparse or not) against `capacityBytes`. Locks are
  * in-process only: a second `lockDirectory` on the same port fails with
@@ -76,6 +77,7 @@ import type {
   DirectoryLock,
   DiskSpace,
   FileHandle,
+  FileRange,
   FileStat,
   LockedBuffer,
   Mapping,
@@ -154,8 +156,9 @@ export interface CrashReport {
 /** Options of {@link MemoryPort.failNext}. */
 export interface FaultOptions {
   /**
-   * Which operation fails: `write` is `FileHandle.write`, `flush` is
-   * `FileHandle.datasync` and `Mapping.sync`, `create` is `createFile`.
+   * Which operation fails: `write` is `FileHandle.write` and
+   * `FileHandle.writeSync`, `flush` is `FileHandle.datasync`,
+   * `FileHandle.datasyncSync` and `Mapping.sync`, `create` is `createFile`.
    */
   operation: "write" | "flush" | "create";
   /**
@@ -925,6 +928,25 @@ class MemoryFileHandle implements FileHandle {
     const fault = this.#disk.fault("write", "write", this.path);
     await Promise.resolve();
     if (fault !== undefined) throw fault;
+    this.#writeNow(source, position);
+  }
+
+  writeSync(source: Uint8Array, position: number): void {
+    checkRange(`write ${this.path}`, position, source.length, FILE_SIZE_MAX_BYTES);
+    this.#checkOpen("write");
+    if (this.readOnly) {
+      throw new MqStoreError(
+        "PERMISSION_DENIED",
+        `Cannot write ${this.path}: the file was opened read-only`,
+      );
+    }
+    const fault = this.#disk.fault("write", "write", this.path);
+    if (fault !== undefined) throw fault;
+    this.#writeNow(source, position);
+  }
+
+  /** The checked write: grows the file, protects the pages, copies. */
+  #writeNow(source: Uint8Array, position: number): void {
     this.#checkOpen("write");
     if (source.length === 0) return;
     const file = this.#file;
@@ -953,6 +975,17 @@ class MemoryFileHandle implements FileHandle {
     const fault = this.#disk.fault("flush", "fdatasync", this.path);
     await Promise.resolve();
     if (fault !== undefined) throw fault;
+    this.#persist();
+  }
+
+  datasyncSync(): void {
+    this.#checkOpen("fdatasync");
+    const fault = this.#disk.fault("flush", "fdatasync", this.path);
+    if (fault !== undefined) throw fault;
+    this.#persist();
+  }
+
+  #persist(): void {
     this.#checkOpen("fdatasync");
     const file = this.#file;
     file.persist(0, file.pages.length);
@@ -975,6 +1008,18 @@ class MemoryFileHandle implements FileHandle {
   }
 
   adviseCache(_position: number, _length: number, _advice: Advice): void {}
+
+  /** The whole range: the memory file system does not track holes. */
+  dataRanges(position: number, length: number): FileRange[] {
+    if (
+      !Number.isSafeInteger(position) || !Number.isSafeInteger(length) || position < 0 ||
+      length < 0
+    ) {
+      const end = position + length;
+      throw new RangeError(`Cannot list the data of ${this.path}: range [${position}, ${end})`);
+    }
+    return length === 0 ? [] : [{ position, length }];
+  }
 
   close(): Promise<void> {
     this.markClosed();

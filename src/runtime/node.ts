@@ -128,6 +128,7 @@ function bindLibc(): NativeLibc {
   const posixFadvise = bind(
     "int posix_fadvise(int fd, int64_t offset, int64_t length, int advice)",
   );
+  const lseek = bind("int64_t lseek(int fd, int64_t offset, int whence)");
   // Both are variadic in C; koffi's variadic calls pass each extra
   // argument with its type, as the ABI requires.
   const fcntl = bind("int fcntl(int fd, int cmd, ...)");
@@ -369,6 +370,11 @@ function bindLibc(): NativeLibc {
     fadvise(fd: number, offset: number, length: number, advice: number): number {
       // posix_fadvise returns the error number itself.
       return posixFadvise(fd, offset, length, advice) as number;
+    },
+
+    lseek(fd: number, offset: number, whence: number): number {
+      const reached = Number(lseek(fd, offset, whence));
+      return reached === -1 ? -koffi.errno() : reached;
     },
   };
 }

@@ -181,15 +181,53 @@ export interface FileHandle {
   read(target: Uint8Array, position: number): Promise<number>;
   /** Writes all of `source` at `position` (positional write). */
   write(source: Uint8Array, position: number): Promise<void>;
+  /**
+   * {@link FileHandle.write} on the JavaScript thread: a copy into the page
+   * cache, for small writes whose thread hop would cost more than the copy
+   * (a SYNC_FLUSH group commit writes a few hundred KiB right before its
+   * `fdatasync`). Not for bulk writes: a write held up by dirty-page
+   * throttling blocks the event loop.
+   */
+  writeSync(source: Uint8Array, position: number): void;
   /** `fdatasync`, off the JavaScript thread. */
   datasync(): Promise<void>;
+  /**
+   * `fdatasync` on the JavaScript thread, blocking it for the device's
+   * flush (0.2 ms here): the SYNC_FLUSH group commit uses it only for a
+   * lone put with nothing else in flight, where the thread hop of
+   * {@link FileHandle.datasync} costs about as much as the flush. Absent
+   * where an adapter (or a wrapper that must see every flush) offers only
+   * the asynchronous call.
+   */
+  datasyncSync?(): void;
   /** Page-cache state of a range (`cachestat`), or undefined where unavailable. */
   pageCacheState(position: number, length: number): PageCacheState | undefined;
   /** Advice for the page cache about a file range (`posix_fadvise`). */
   adviseCache(position: number, length: number, advice: Advice): void;
+  /**
+   * The parts of `[position, position + length)` that may hold data, in
+   * order, disjoint, inside the range (`lseek` `SEEK_DATA`/`SEEK_HOLE`):
+   * holes, and extents allocated but never written (`fallocate`), read as
+   * zeros and are left out; pages in the page cache count as data. The
+   * whole range where the file system or the adapter cannot tell (the
+   * portable and memory adapters). At most {@link FILE_DATA_RANGES_MAX}
+   * ranges: the last one then reaches the end of the range.
+   */
+  dataRanges(position: number, length: number): FileRange[];
   /** Closes the descriptor; idempotent. Existing mappings stay valid. */
   close(): Promise<void>;
 }
+
+/** A byte range of a file, as {@link FileHandle.dataRanges} lists them. */
+export interface FileRange {
+  /** First byte. */
+  position: number;
+  /** Bytes. */
+  length: number;
+}
+
+/** Ranges {@link FileHandle.dataRanges} lists at most. */
+export const FILE_DATA_RANGES_MAX = 0x400;
 
 /**
  * Free and total space of the file system holding a path.
