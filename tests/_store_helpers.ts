@@ -214,6 +214,9 @@ export function gatedPort(inner: RuntimePort): GatedPort {
             return value.apply(target, []);
           };
         }
+        // A flush on the thread cannot be held: without it the store
+        // flushes through datasync() only.
+        if (key === "datasyncSync") return undefined;
         return value.bind(target);
       },
     });

@@ -13,6 +13,17 @@
  *        that makes no progress is retried a bounded number of times)
  * ```
  *
+ * Segments backed by large folios (`largeFolios`: ASYNC_FLUSH segments keep
+ * the default advice, see `CommitLog`) are written back a whole folio at a
+ * time, and a folio the writer dirties while it is being written back is
+ * written again, whole, by the next flush. So a flush woken by puts ends at
+ * the last {@link LARGE_FOLIO_BYTES} boundary the writer passed, never in
+ * the writer's folio; everything is flushed once per `intervalMs` (and by
+ * timed, thorough and final flushes), so the durability lag stays within
+ * the interval. Measured (Deno, 1 KiB puts at 5 MB/s, flushCommitLogTimed
+ * false): device bytes per data byte 17.5 flushing every 4 pages into large
+ * folios, 1.5 under MADV_RANDOM.
+ *
  * A failed flush is not swallowed: the loop stops and reports it through
  * `onError` (the store then refuses writes).
  *
@@ -22,10 +33,18 @@
 import type { Clock } from "../segment/clock.ts";
 import { isAbleTo } from "../segment/mapped_file.ts";
 import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
+import { OS_PAGE_SIZE_BYTES } from "../segment/constants.ts";
 import { FINAL_FLUSH_ATTEMPTS, FLUSH_STEP_BYTES_MAX } from "./constants.ts";
 import type { StoreCheckpoint } from "./store_checkpoint.ts";
 import type { StoreStats } from "./store_stats.ts";
 import { Wakeup } from "./_wakeup.ts";
+
+/**
+ * The largest folio the page cache backs a mapped segment with where the
+ * advice allows (a PMD: 2 MiB with 4 KiB pages on x86-64). Put-driven
+ * flushes of large-folio segments end on a multiple of it.
+ */
+export const LARGE_FOLIO_BYTES = 0x20_0000;
 
 /** Options of {@link FlushRealTimeService}. */
 export interface FlushRealTimeServiceOptions {
@@ -41,6 +60,15 @@ export interface FlushRealTimeServiceOptions {
   thoroughIntervalMs: number;
   /** Sleep the full interval (true) or wake on every put (false) (`flushCommitLogTimed`). */
   timed: boolean;
+  /**
+   * The segments are mapped under the default advice and flushed by range
+   * (`mapping` mode), so their page cache may be made of folios up to
+   * {@link LARGE_FOLIO_BYTES}: flushes woken by puts then stay out of the
+   * writer's folio (see the module doc).
+   *
+   * @default {false}
+   */
+  largeFolios?: boolean;
   /** Receives physicMsgTimestamp and the flushed offset; written at thorough flushes. */
   checkpoint: StoreCheckpoint;
   /** Flush counters. */
@@ -89,12 +117,17 @@ export class FlushRealTimeService {
   /** The error that stopped the loop. */
   #failure: unknown;
   #lastThoroughMs: number;
+  /** When the last flush up to the writer (not to a folio boundary) began. */
+  #lastFullMs: number;
+  /** A {@link wakeup} (not a put) ended the sleep: flush up to the writer. */
+  #fullRequested = false;
 
   /** @param options Queue, timing and hooks. */
   constructor(options: FlushRealTimeServiceOptions) {
     this.#options = options;
     this.#wakeup = new Wakeup(options.clock);
     this.#lastThoroughMs = options.clock.nowMs();
+    this.#lastFullMs = this.#lastThoroughMs;
   }
 
   /** Starts the loop. */
@@ -103,8 +136,9 @@ export class FlushRealTimeService {
     this.#loop = this.#run();
   }
 
-  /** Ends the current sleep (a commit, backpressure, a waiter). */
+  /** Ends the current sleep (a commit, backpressure, a waiter); the flush then goes up to the writer. */
   wakeup(): void {
+    this.#fullRequested = true;
     this.#wakeup.wake();
   }
 
@@ -116,7 +150,19 @@ export class FlushRealTimeService {
    */
   onAppended(wroteOffset: number): void {
     const { queue, leastPages } = this.#options;
-    if (isAbleTo(queue.flushedWhere, wroteOffset, false, leastPages)) this.#wakeup.wake();
+    if (isAbleTo(queue.flushedWhere, this.#flushEnd(wroteOffset), false, leastPages)) {
+      this.#wakeup.wake();
+    }
+  }
+
+  /**
+   * Where a put-driven flush may end with the log ending at `wroteOffset`:
+   * there, or the last folio boundary before it (see the module doc).
+   */
+  #flushEnd(wroteOffset: number): number {
+    return this.#options.largeFolios === true
+      ? wroteOffset - wroteOffset % LARGE_FOLIO_BYTES
+      : wroteOffset;
   }
 
   /** Whether a flush failed (the service no longer flushes). */
@@ -158,14 +204,30 @@ export class FlushRealTimeService {
       }
       await this.#wakeup.sleep(options.intervalMs);
       if (this.#stopped) break;
+      // Up to the writer, unless this flush was woken by puts into large
+      // folios less than an interval after the last such flush.
+      const wokenMs = options.clock.nowMs();
+      const requested = this.#fullRequested;
+      this.#fullRequested = false;
+      const full = options.largeFolios !== true || options.timed || leastPages === 0 ||
+        requested || wokenMs - this.#lastFullMs >= options.intervalMs;
+      if (full) this.#lastFullMs = wokenMs;
+      const end = full ? Number.MAX_SAFE_INTEGER : this.#flushEnd(options.queue.maxOffset);
       try {
         let moved = false;
         for (;;) {
           const before = options.queue.flushedWhere;
-          if (!await this.#flush(leastPages)) break;
+          if (!full && !isAbleTo(before, end, false, leastPages)) break;
+          // A bounded flush covers whole pages from the start of the
+          // flushed position's page, so it ends exactly at `end`.
+          const from = before - before % OS_PAGE_SIZE_BYTES;
+          const bound = Math.min(FLUSH_STEP_BYTES_MAX, end - from);
+          if (!await this.#flush(leastPages, bound)) break;
           moved = true;
-          // A step that wrote less than its bound caught up.
-          if (this.#stopped || options.queue.flushedWhere - before < FLUSH_STEP_BYTES_MAX) break;
+          // A step that wrote less than its bound caught up (measured from
+          // the page start: from the flushed position, the first step of
+          // every round looked short and the loop slept with a backlog).
+          if (this.#stopped || options.queue.flushedWhere - from < bound) break;
         }
         // The checkpoint file is rewritten at thorough flushes that moved
         // data (close writes it too), not at every interval.
@@ -179,10 +241,10 @@ export class FlushRealTimeService {
   }
 
   /** One flush; returns whether the flushed offset moved. */
-  async #flush(leastPages: number): Promise<boolean> {
+  async #flush(leastPages: number, maxBytes: number = FLUSH_STEP_BYTES_MAX): Promise<boolean> {
     const { queue, clock, stats, checkpoint } = this.#options;
     const startMs = clock.nowMs();
-    const moved = await queue.flush(leastPages, FLUSH_STEP_BYTES_MAX);
+    const moved = await queue.flush(leastPages, maxBytes);
     if (!moved) return false;
     stats.recordFlush(clock.nowMs() - startMs);
     const timestamp = queue.storeTimestampMs;

@@ -9,7 +9,7 @@
  *                          │ one creation at a time, bounded queue
  *                          ▼
  *          create (tmp → fallocate → sync → rename → sync dir)
- *          map, advise("random")                  ◄── a request is answered
+ *          map, advise("random") unless told not to ◄── a request is answered
  *          prepare(): populate off the JS thread,     from here on: the rest
  *          optionally write the zeros through         runs under the writer
  * ```
@@ -76,6 +76,13 @@ export interface AllocateMappedFileServiceOptions {
    */
   stopped?: () => boolean;
   /**
+   * Advise new segments `MADV_RANDOM` (SPEC §2); false leaves the default
+   * advice, large folios (see `CreateMappedFileOptions.randomAccess`).
+   *
+   * @default {true}
+   */
+  randomAccess?: boolean;
+  /**
    * Lock new mappings in memory (`mlock`); a refusal is warned once.
    *
    * @default {false}
@@ -93,6 +100,13 @@ export interface AllocateMappedFileServiceOptions {
    * @default {4 MiB}
    */
   writeBufferSizeBytes?: number;
+  /**
+   * New segments append into a write buffer committed with synchronous
+   * positional writes (SYNC_FLUSH; see `MappedFileOptions.positionalWrites`).
+   *
+   * @default {false}
+   */
+  positionalWrites?: boolean;
   /**
    * Time source of the segments.
    *
@@ -384,6 +398,8 @@ export class AllocateMappedFileService {
       pool: options.pool,
       sparse: options.sparse,
       writeBufferSizeBytes: options.writeBufferSizeBytes,
+      positionalWrites: options.positionalWrites,
+      randomAccess: options.randomAccess,
       clock: options.clock,
     });
   }
@@ -397,6 +413,7 @@ export class AllocateMappedFileService {
     const locked = await file.prepare({
       populate,
       writeZeros,
+      randomAccess: options.randomAccess,
       lock,
       pace: options.pace,
       stopped: () => this.#closed || options.stopped?.() === true,

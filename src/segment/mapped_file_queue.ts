@@ -60,6 +60,15 @@ export interface MappedFileQueueOptions {
    */
   writeBufferSizeBytes?: number;
   /**
+   * Segments this queue creates or loads append into a write buffer and
+   * commit it with synchronous positional writes (see
+   * `MappedFileOptions.positionalWrites`). Segments from the allocator
+   * follow the allocator's setting.
+   *
+   * @default {false}
+   */
+  positionalWrites?: boolean;
+  /**
    * Create sparse segments (tests only).
    *
    * @default {false}
@@ -132,6 +141,7 @@ export class MappedFileQueue {
   #allocator: AllocateMappedFileService | undefined;
   #pool: TransientStorePool | undefined;
   #writeBufferSizeBytes: number | undefined;
+  #positionalWrites: boolean;
   #sparse: boolean;
   #readOnly: boolean;
   #clock: Clock;
@@ -139,6 +149,13 @@ export class MappedFileQueue {
   #files: MappedFile[] = [];
   /** Global offset up to which every byte is durable. */
   #flushedWhere = 0;
+  /**
+   * End of what the flushes begun by {@link startFlush} cover (at most the
+   * appended end); the next one begins there.
+   */
+  #flushStartedWhere = 0;
+  /** The last flush begun by {@link startFlush}; settles after every earlier one. */
+  #startedFlush: Promise<void> = Promise.resolve();
   /** Global offset up to which every byte is in the files. */
   #committedWhere = 0;
   /** Store timestamp of the last append covered by a full flush. */
@@ -158,6 +175,7 @@ export class MappedFileQueue {
     this.#allocator = options.allocator;
     this.#pool = options.pool;
     this.#writeBufferSizeBytes = options.writeBufferSizeBytes;
+    this.#positionalWrites = options.positionalWrites === true;
     this.#sparse = options.sparse === true;
     this.#readOnly = options.readOnly === true;
     this.#clock = options.clock ?? systemClock;
@@ -206,6 +224,7 @@ export class MappedFileQueue {
           fileSizeBytes: this.fileSizeBytes,
           readOnly: this.#readOnly,
           writeBufferSizeBytes: this.#writeBufferSizeBytes,
+          positionalWrites: this.#positionalWrites,
           clock: this.#clock,
         });
         file.resetPositions(this.fileSizeBytes);
@@ -278,6 +297,7 @@ export class MappedFileQueue {
         pool: this.#pool,
         sparse: this.#sparse,
         writeBufferSizeBytes: this.#writeBufferSizeBytes,
+        positionalWrites: this.#positionalWrites,
         clock: this.#clock,
       });
     assert(file.fileFromOffset === createOffset, `created ${file.path} for ${createOffset}`);
@@ -354,6 +374,7 @@ export class MappedFileQueue {
   set flushedWhere(offset: number) {
     checkOffset(offset);
     this.#flushedWhere = offset;
+    this.#flushStartedWhere = offset;
   }
 
   /** Global offset up to which every byte is in the files. */
@@ -405,6 +426,84 @@ export class MappedFileQueue {
   }
 
   /**
+   * Begins a flush of everything appended so far without waiting for the
+   * flushes in flight (see {@link MappedFile.startFlush}): the segments
+   * with bytes appended since the last one began write them now and start
+   * their `fdatasync`. Flushes begun this way settle in the order they
+   * began, each moving {@link flushedWhere} to the end it covers; one fails
+   * when an earlier one failed.
+   *
+   * @returns The flush, or undefined when nothing was appended since the
+   *   last one began.
+   */
+  startFlush(): Promise<void> | undefined {
+    this.#checkOpen("flush");
+    const from = Math.max(this.#flushStartedWhere, this.#flushedWhere);
+    let where = from;
+    let timestamp = this.#storeTimestampMs;
+    const flushes: Promise<number>[] = [];
+    for (let step = 0; step < this.#files.length; step++) {
+      const file = this.findMappedFileByOffset(where) ?? (where === 0 ? this.firstFile : undefined);
+      if (file === undefined) break;
+      const end = file.fileFromOffset + file.wrotePosition;
+      if (end > where) {
+        timestamp = file.storeTimestampMs;
+        flushes.push(file.startFlush());
+        where = end;
+      }
+      if (file.wrotePosition < this.fileSizeBytes) break;
+      where = file.fileFromOffset + this.fileSizeBytes;
+    }
+    if (flushes.length === 0) return undefined;
+    this.#flushStartedWhere = where;
+    const flushed = this.#settleStarted(this.#startedFlush, flushes, where, timestamp);
+    this.#startedFlush = flushed;
+    return flushed;
+  }
+
+  /**
+   * Flushes everything appended with the `fdatasync` on the JavaScript
+   * thread (see {@link MappedFile.flushSync}), when no flush begun by
+   * {@link startFlush} is in flight and only the last segment holds bytes
+   * to flush; otherwise does nothing.
+   *
+   * @returns Whether it flushed (false: nothing was done).
+   * @throws {MqStoreError} The write or `fdatasync` error.
+   */
+  flushSync(): boolean {
+    this.#checkOpen("flush");
+    const where = this.#flushedWhere;
+    const last = this.lastFile;
+    if (
+      this.#flushStartedWhere > where || last === undefined || where < last.fileFromOffset
+    ) {
+      return false;
+    }
+    const position = last.flushSync();
+    if (position === undefined) return false;
+    this.#flushedWhere = last.fileFromOffset + position;
+    this.#flushStartedWhere = this.#flushedWhere;
+    this.#storeTimestampMs = last.storeTimestampMs;
+    return true;
+  }
+
+  async #settleStarted(
+    earlier: Promise<void>,
+    flushes: Promise<number>[],
+    end: number,
+    timestampMs: number,
+  ): Promise<void> {
+    const settled = await Promise.allSettled([earlier, ...flushes]);
+    for (const outcome of settled) {
+      if (outcome.status === "rejected") throw outcome.reason;
+    }
+    if (end > this.#flushedWhere) {
+      this.#flushedWhere = end;
+      this.#storeTimestampMs = timestampMs;
+    }
+  }
+
+  /**
    * Commits write buffers from {@link committedWhere} under the
    * least-pages rule, going on into the next segment when one is committed
    * to its end.
@@ -451,6 +550,7 @@ export class MappedFileQueue {
     }
     this.#files = keep;
     if (this.#flushedWhere > offset) this.#flushedWhere = offset;
+    if (this.#flushStartedWhere > offset) this.#flushStartedWhere = offset;
     if (this.#committedWhere > offset) this.#committedWhere = offset;
     for (const file of remove) await file.destroy({ waitMs: 0 });
   }
@@ -465,6 +565,9 @@ export class MappedFileQueue {
     const last = this.#files.pop();
     if (last === undefined) return;
     if (this.#flushedWhere > last.fileFromOffset) this.#flushedWhere = last.fileFromOffset;
+    if (this.#flushStartedWhere > last.fileFromOffset) {
+      this.#flushStartedWhere = last.fileFromOffset;
+    }
     if (this.#committedWhere > last.fileFromOffset) this.#committedWhere = last.fileFromOffset;
     await last.destroy({ waitMs: 0 });
   }
@@ -580,6 +683,7 @@ export class MappedFileQueue {
     this.#files = [];
     for (const file of files) await file.destroy({ waitMs: 0 });
     this.#flushedWhere = 0;
+    this.#flushStartedWhere = 0;
     this.#committedWhere = 0;
   }
 
