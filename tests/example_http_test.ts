@@ -294,6 +294,21 @@ async function checkBadCases(send: Send): Promise<void> {
 }
 
 /** A digest of the files a put or a dispatch writes (names and bytes). */
+/**
+ * Waits (bounded, on observable progress) until queue 0's first unit is in
+ * its consume-queue file: a new queue takes its first units in memory and
+ * its file is created in the background after the put was answered.
+ */
+async function firstUnitInFile(directory: string): Promise<void> {
+  const file = path.join(directory, "consumequeue", TOPIC, "0", "00000000000000000000");
+  for (let turn = 0; turn < 100_000; turn++) {
+    // Bytes 8–11 of a unit are the record's size, never 0.
+    if (fs.existsSync(file) && fs.readFileSync(file).readInt32BE(8) > 0) return;
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  assert.fail(`${file} never received its first unit`);
+}
+
 function digestStore(directory: string): string {
   const hash = createHash("sha256");
   const walk = (at: string) => {
@@ -440,6 +455,7 @@ describe("createHandler() in process", () => {
     await withHandler(async ({ send, store, directory }) => {
       const ok = await call(send, `/topics/${TOPIC}/messages?queueId=0`, post("kept"));
       assert.equal(ok.status, 201, ok.text);
+      await firstUnitInFile(directory);
       const before = {
         digest: digestStore(directory),
         maxOffset: store.maxOffset,

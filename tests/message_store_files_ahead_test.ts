@@ -56,6 +56,42 @@ async function putMany(store: MessageStore, from: number, count: number): Promis
   }
 }
 
+/**
+ * Wraps `inner` so that `createFile` of a path containing `pathIncludes`
+ * waits until `release()`: a consume-queue file whose creation is slow.
+ */
+function heldCreations(inner: RuntimePort, pathIncludes: string) {
+  let held = true;
+  let waiters: Array<() => void> = [];
+  const port = new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile") {
+        return async (...args: unknown[]) => {
+          if (held && String(args[0]).includes(pathIncludes)) {
+            await new Promise<void>((resolve) => waiters.push(resolve));
+          }
+          return value.apply(target, args);
+        };
+      }
+      return value.bind(target);
+    },
+  });
+  return {
+    port: port as RuntimePort,
+    get waiting(): number {
+      return waiters.length;
+    },
+    release(): void {
+      held = false;
+      const list = waiters;
+      waiters = [];
+      for (const wake of list) wake();
+    },
+  };
+}
+
 /** Every message of topic A, by queue, as the number in its key. */
 async function readAll(store: MessageStore): Promise<number[]> {
   const seen: number[] = [];
@@ -280,6 +316,151 @@ describe("MessageStore files made ahead", () => {
     } finally {
       await table.close();
     }
+  });
+
+  test("MessageStore dispatch does not wait for the first file of a new consume queue", async () => {
+    const memory = new MemoryPort(runtimeName());
+    const held = heldCreations(memory, "/consumequeue/New/");
+    const env = await openMemoryStore({ port: held.port }, memory);
+    const { store, directory } = env;
+    try {
+      const offsets: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const r = await store.putMessage({ topic: "New", queueId: 3, body: body(30, i) });
+        assert.equal(r.status, "PUT_OK");
+        offsets.push(r.appendResult!.wroteOffset);
+        // Dispatched in step with the put, though the file is not there.
+        assert.equal(store.dispatchedOffset, store.maxOffset);
+      }
+      await settle();
+      assert.equal(held.waiting, 1);
+      const page = await store.getMessages("New", 3, 0, 32);
+      assert.equal(page.status, "FOUND");
+      assert.deepEqual(page.messages.map((m) => m.physicalOffset), offsets);
+      assert.equal(store.getMaxQueueOffset("New", 3), 5);
+      held.release();
+      // The flush waits for the file, which gets the units in order.
+      await store.close();
+      const again = await env.reopen({ port: memory });
+      try {
+        assert.equal(again.recovery.clean, true);
+        const reread = await again.getMessages("New", 3, 0, 32);
+        assert.deepEqual(reread.messages.map((m) => m.physicalOffset), offsets);
+      } finally {
+        await again.close();
+      }
+      assert.deepEqual(await memory.list(`${directory}/consumequeue/New/3`), [
+        "00000000000000000000",
+      ]);
+    } finally {
+      held.release();
+      await store.close();
+    }
+  });
+
+  test("MessageStore.open() after a crash before a new queue's first file existed re-dispatches its units", async () => {
+    const memory = new MemoryPort(runtimeName());
+    const held = heldCreations(memory, "/consumequeue/New/");
+    const env = await openMemoryStore({ port: held.port, flushDiskType: "SYNC_FLUSH" }, memory);
+    const { store } = env;
+    const offsets: number[] = [];
+    try {
+      for (let i = 0; i < 4; i++) {
+        const r = await store.putMessage({ topic: "Old", queueId: 0, body: body(30, i) });
+        assert.equal(r.status, "PUT_OK");
+      }
+      for (let i = 0; i < 3; i++) {
+        const r = await store.putMessage({ topic: "New", queueId: 0, body: body(30, i) });
+        offsets.push(r.appendResult!.wroteOffset);
+      }
+      assert.equal(store.dispatchedOffset, store.maxOffset);
+      // The flush service's thorough round (checkpoint written) waits for
+      // the file: the checkpoint cannot count the units held in memory.
+      env.clock.advance(61_000);
+      await settle();
+      assert.equal(held.waiting, 1);
+      assert.ok(store.checkpoint.consumeQueueOffset <= offsets[0]!);
+    } finally {
+      memory.crash();
+      held.release();
+      await store.close().catch(() => {});
+    }
+    const again = await env.reopen({ port: memory });
+    try {
+      assert.equal(again.recovery.clean, false);
+      const page = await again.getMessages("New", 0, 0, 32);
+      assert.deepEqual(page.messages.map((m) => m.physicalOffset), offsets);
+      assert.equal(again.getMaxQueueOffset("Old", 0), 4);
+    } finally {
+      await again.close();
+    }
+  });
+
+  test("ConsumeQueue.putUnitNow() holds a new queue's units in memory, in order, up to its bound", async () => {
+    const port = new MemoryPort(runtimeName());
+    const held = heldCreations(port, "/consumequeue/A/");
+    const table = new ConsumeQueueTable({ port: held.port, rootDirectory: "/s" });
+    await table.load();
+    await table.recover();
+    try {
+      const cq = table.findOrCreateNow("A", 0);
+      assert.ok(cq !== undefined);
+      assert.equal(table.findOrCreateNow("A", 0), cq);
+      let taken = 0;
+      // Bounded: the buffer refuses past its max (4096 units).
+      for (; taken < 10_000; taken++) {
+        const put = cq.putUnitNow(taken * 100, 100, taken, taken);
+        if (put === undefined) break;
+        assert.equal(put, true);
+      }
+      assert.ok(taken >= 0x100 && taken < 10_000, `${taken} units held`);
+      assert.equal(cq.putUnitNow(0, 100, 0, 0), false, "a repeat is skipped");
+      assert.equal(cq.maxOffsetInQueue, taken);
+      const units = await cq.readUnits(taken - 2, 32);
+      assert.deepEqual([units!.unitAt(0), units!.unitAt(1)].map((u) => u.tagsCode), [
+        taken - 2,
+        taken - 1,
+      ]);
+      units!.release();
+      // The next one waits for the file, then follows the buffered ones.
+      const next = cq.putUnit(taken * 100, 100, taken, taken);
+      await settle();
+      assert.equal(cq.inMemoryUnitCount, taken);
+      held.release();
+      assert.equal(await next, true);
+      await cq.whenFileReady();
+      assert.equal(cq.inMemoryUnitCount, 0);
+      assert.equal(cq.files[0]!.wrotePosition, (taken + 1) * 20);
+      for (const q of [0, taken - 1, taken]) {
+        assert.deepEqual(await cq.getUnit(q), { commitLogOffset: q * 100, size: 100, tagsCode: q });
+      }
+      assert.equal(await table.flush(0), true);
+    } finally {
+      held.release();
+      await table.close();
+    }
+  });
+
+  test("ConsumeQueueTable.findOrCreateNow() reports a first file that cannot be created", async () => {
+    const port = new MemoryPort(runtimeName());
+    const errors: unknown[] = [];
+    const table = new ConsumeQueueTable({
+      port,
+      rootDirectory: "/s",
+      onError: (error) => errors.push(error),
+    });
+    await table.load();
+    await table.recover();
+    port.failNext({ operation: "create", error: "EIO", pathIncludes: "/consumequeue/A/" });
+    const cq = table.findOrCreateNow("A", 0)!;
+    assert.equal(cq.putUnitNow(0, 100, 0, 0), true);
+    await assert.rejects(cq.whenFileReady(), { code: "IO_ERROR" });
+    assert.equal(errors.length, 1);
+    assert.throws(() => cq.putUnitNow(100, 100, 0, 1), { code: "IO_ERROR" });
+    await assert.rejects(table.flush(0), { code: "IO_ERROR" });
+    // Readers still see what the queue took.
+    assert.equal((await cq.getUnit(0))?.commitLogOffset, 0);
+    await table.close();
   });
 
   test("ConsumeQueue.truncateDirtyLogicFiles() discards the prepared file so the files stay contiguous", async () => {

@@ -12,6 +12,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { StoreCheckpoint } from "../src/commit_log/store_checkpoint.ts";
+import type { FileHandle } from "../src/runtime/port.ts";
 import {
   CHECKPOINT_BOUNDS_END,
   CHECKPOINT_BOUNDS_POSITION,
@@ -217,6 +218,60 @@ describe("MessageStore unclean open cost", () => {
       }
     });
   }
+
+  test("MessageStore.open() after a crash reads only the tail the file system lists as data", async () => {
+    const env = await openStore();
+    const i = await putUntil(env.store, SEGMENT_BYTES + 0x800, 0);
+    await checkpointNow(env);
+    const cut = env.store.maxOffset;
+    await settle();
+    env.port.crash();
+    const near = cut + 0x100;
+    const far = cut + STALE_BYTES_MAX + 0x2000;
+    await writeAt(env, near, new Uint8Array([0xA5]));
+    await writeAt(env, far, new Uint8Array([0x5A]));
+    // No bounds: the whole tail would be read...
+    await eraseMqstoreBlocks(env, CHECKPOINT_BOUNDS_POSITION, CHECKPOINT_BOUNDS_END);
+    // ...but the file system lists data up to a page past the near byte
+    // only (the far byte is planted where a real one would list a hole,
+    // to show it is not read).
+    const listedEnd = near % SEGMENT_BYTES + 0x1000;
+    const asked: number[] = [];
+    const listing = (handle: FileHandle): FileHandle =>
+      new Proxy(handle, {
+        get(target, key) {
+          const value = Reflect.get(target, key);
+          if (key === "dataRanges" && target.path.includes("/commitlog/")) {
+            return (position: number, length: number) => {
+              asked.push(position);
+              const end = Math.min(position + length, listedEnd);
+              return end > position ? [{ position, length: end - position }] : [];
+            };
+          }
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+    const port = new Proxy(env.port, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key === "openFile" || key === "createFile") {
+          return async (...args: unknown[]) => listing(await value.apply(target, args));
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const again = await env.reopen({ port });
+    try {
+      assert.equal(again.recovery.endKind, "invalid");
+      assert.equal(again.maxOffset, cut);
+      assert.deepEqual(asked, [cut % SEGMENT_BYTES]);
+      assert.equal(await byteAt(env, near), 0);
+      assert.equal(await byteAt(env, far), 0x5A);
+      await assertServed(again, i);
+    } finally {
+      await again.close();
+    }
+  });
 
   test("MessageStore.open() after a crash walks every record when the checkpoint has no mqstore offsets", async () => {
     const env = await openStore();

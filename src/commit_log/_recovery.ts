@@ -19,7 +19,10 @@
  * Past the cut, an unclean open looks for stale bytes (a later page kept,
  * an earlier one lost) up to `staleBytesMax` past the cut, or through the
  * whole tail of the segment when the bound is unknown or the bytes found
- * reach its last `staleGuardBytes`.
+ * reach its last `staleGuardBytes`. Only the parts the file system says
+ * may hold data are read (`dataRanges`: holes and fallocated extents never
+ * written read as zeros), so the unwritten tail of a big segment costs a
+ * few `lseek`s, not a read of every page.
  *
  * @module
  */
@@ -159,6 +162,18 @@ class SegmentWindow {
 
   /** Position after the last non-zero byte of `[from, to)` (`from` when none). */
   async dirtyEnd(from: number, to: number = this.#file.fileSizeBytes): Promise<number> {
+    if (to <= from) return from;
+    // What is not listed reads as zeros: the ranges are read, last first.
+    const ranges = this.#file.dataRanges(from, to - from);
+    for (let r = ranges.length - 1; r >= 0; r--) {
+      const range = ranges[r]!;
+      const found = await this.#dirtyEndIn(range.position, range.position + range.length);
+      if (found > range.position) return found;
+    }
+    return from;
+  }
+
+  async #dirtyEndIn(from: number, to: number): Promise<number> {
     // Backwards, one window at a time, so a clean tail stops nothing early.
     for (let end = to; end > from;) {
       const start = Math.max(from, end - this.#windowBytes);

@@ -26,7 +26,7 @@
  * @module
  */
 
-import { dataViewOf, getInt64 } from "./_bytes.ts";
+import { getInt64 } from "./_bytes.ts";
 import { latin1Text, utf8Text } from "./_text.ts";
 import {
   BODY_POSITION_V4,
@@ -166,6 +166,9 @@ export class DispatchView {
   keyCount = 0;
 
   #delayLevelsMs: readonly number[];
+  /** The array of the last load, and its view. */
+  #bytes: Uint8Array | undefined;
+  #dataView: DataView = new DataView(new ArrayBuffer(0));
   /** The last topic: producers mostly repeat it. */
   #lastTopic: TopicEntry = { topic: "", prefixHash: 0 };
   /** Topics by the Java hash of their bytes (bounded). */
@@ -195,14 +198,28 @@ export class DispatchView {
    * @param expectedOffset The record's commit-log offset: the
    *   physicalOffset field must hold it.
    * @param withKeys Whether to fill {@link keyHashes} (else `keyCount` is 0).
+   * @param readEnd One past the last byte that may be read (default: all of
+   *   `bytes`); a record that goes past it is not read.
    * @returns True for a valid message (the fields are filled); false for
    *   anything else (a BLANK, the end, a cut or invalid record: ask
    *   `RecordChecker` what it is).
    */
-  load(bytes: Uint8Array, position: number, expectedOffset: number, withKeys: boolean): boolean {
-    const available = bytes.length - position;
+  load(
+    bytes: Uint8Array,
+    position: number,
+    expectedOffset: number,
+    withKeys: boolean,
+    readEnd: number = bytes.length,
+  ): boolean {
+    const available = Math.min(readEnd, bytes.length) - position;
     if (available < RECORD_SIZE_MIN_BYTES) return false;
-    const d = dataViewOf(bytes);
+    // A view of its own: the encoder's (dataViewOf) is over another array
+    // in the same put, and making a DataView costs more than the reads.
+    if (bytes !== this.#bytes || this.#dataView.byteLength !== bytes.length) {
+      this.#dataView = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+      this.#bytes = bytes;
+    }
+    const d = this.#dataView;
     const size = d.getInt32(position + TOTAL_SIZE_POSITION);
     if (d.getInt32(position + MAGIC_POSITION) !== MESSAGE_MAGIC_CODE) return false;
     if (size < RECORD_SIZE_MIN_BYTES || size > available) return false;

@@ -18,6 +18,14 @@
  * background once the written one is ¾ full, so a roll does not wait for
  * a creation (see `_consume_queue_allocator.ts`).
  *
+ * A new queue started with {@link ConsumeQueue.startInMemory} does not
+ * wait for its first file either: its units go into a small in-memory
+ * buffer (readers see them there) while the file is created in the
+ * background; once it exists the buffered units are written to it, in
+ * order, and the queue goes on as any other. A flush waits for that, so
+ * a checkpoint never counts a unit that is in memory only: a crash before
+ * the file exists loses buffered units that re-dispatch puts back.
+ *
  * Recovery follows RocketMQ: walk from the third-last file; the first unit
  * with a negative offset or a size ≤ 0 ends the queue. Unlike RocketMQ,
  * units cut off by {@link ConsumeQueue.recover} or
@@ -51,6 +59,14 @@ import { joinPath, segmentFileName } from "../segment/_file_name.ts";
  */
 const PREPARE_AHEAD_NUMERATOR = 3;
 const PREPARE_AHEAD_DENOMINATOR = 4;
+/**
+ * Units a queue holds in memory while its first file is created, at most
+ * (80 KiB; a few hundred ms of one queue at full speed): past it, dispatch
+ * waits for the file.
+ */
+const IN_MEMORY_UNITS_MAX = 0x1000;
+/** The in-memory buffer's first size, in units; it doubles up to the max. */
+const IN_MEMORY_UNITS_INITIAL = 0x40;
 
 /** Options of {@link ConsumeQueue}. */
 export interface ConsumeQueueOptions {
@@ -228,6 +244,18 @@ export class ConsumeQueue {
   #prepareAtPosition: number;
   /** fileFromOffset of the last file whose successor was prepared; -1 for none. */
   #preparedAfter = -1;
+  /**
+   * Units from queue offset 0 held while the first file is created (see
+   * {@link startInMemory}); undefined once they are in the file. Only
+   * appended to, so a view handed to a reader stays valid.
+   */
+  #inMemory: Uint8Array | undefined;
+  /** Bytes of {@link #inMemory} in use. */
+  #inMemoryBytes = 0;
+  /** The first file's creation and the write of the buffered units; undefined when done. */
+  #firstFile: Promise<void> | undefined;
+  /** Why the first file could not be created (the buffered units stay in memory). */
+  #firstFileError: unknown;
 
   /** @param options Port, store root, topic, queue id and file size. */
   constructor(options: ConsumeQueueOptions) {
@@ -274,7 +302,107 @@ export class ConsumeQueue {
    * @throws {MqStoreError} `INVALID_FILE` for a file of another size or a gap.
    */
   async load(): Promise<void> {
+    assert(this.#firstFile === undefined, `${this.directory} is loaded or started, not both`);
     await this.#queue.load();
+  }
+
+  /**
+   * Starts a queue that has no directory yet (instead of {@link load}):
+   * units from queue offset 0 are taken at once, held in memory, while
+   * the directory and the first file are created in the background; they
+   * are written to the file, in order, once it exists. Flushes wait for
+   * that. A failed creation goes to `onError` (the buffered units are
+   * not on disk) and every later put and flush throws it.
+   */
+  startInMemory(onError: (error: unknown) => void): void {
+    assert(
+      !this.#readOnly && this.#firstFile === undefined && this.#queue.files.length === 0,
+      `${this.directory} is a new writable queue`,
+    );
+    this.#inMemory = new Uint8Array(IN_MEMORY_UNITS_INITIAL * CQ_UNIT_SIZE_BYTES);
+    const created = this.#createFirstFile();
+    // The error is also kept for the next put and flush.
+    created.catch(onError);
+    this.#firstFile = created;
+  }
+
+  /** Units held in memory while the first file is created (tests, stats). */
+  get inMemoryUnitCount(): number {
+    return this.#inMemoryBytes / CQ_UNIT_SIZE_BYTES;
+  }
+
+  /** Resolves once the first file of a queue started in memory holds its units. */
+  async whenFileReady(): Promise<void> {
+    await this.#firstFile;
+  }
+
+  async #createFirstFile(): Promise<void> {
+    try {
+      await this.#queue.load();
+      const file = await this.#queue.getOrCreateLastMappedFile(0);
+      assert(file.fileFromOffset === 0 && file.wrotePosition === 0, `${file.path} is new`);
+      // Bounded by the units buffered: each round writes those buffered so
+      // far, and only a port that cannot map awaits in between.
+      for (let written = 0; written < this.#inMemoryBytes;) {
+        const end = this.#inMemoryBytes;
+        const units = this.#inMemory!.subarray(written, end);
+        if (file.writeMode === "window") {
+          for (let at = 0; at < units.length; at += CQ_UNIT_SIZE_BYTES) {
+            await this.#append(file, units.subarray(at, at + CQ_UNIT_SIZE_BYTES));
+          }
+        } else {
+          this.#appendNow(file, units);
+        }
+        written = end;
+      }
+      assert(file.wrotePosition === this.#inMemoryBytes, `${file.path} holds every buffered unit`);
+      this.#inMemory = undefined;
+      this.#inMemoryBytes = 0;
+      this.#firstFile = undefined;
+      if (
+        file.wrotePosition >= this.#prepareAtPosition && this.#preparedAfter !== file.fileFromOffset
+      ) {
+        this.#prepareAfter(file);
+      }
+    } catch (error) {
+      this.#firstFileError = error;
+      throw error;
+    }
+  }
+
+  /**
+   * Puts a unit into the in-memory buffer: true (written), false (a
+   * repeat), or undefined when it must wait for the file (a gap, or the
+   * buffer is full).
+   */
+  #putInMemory(
+    commitLogOffset: number,
+    size: number,
+    tagsCode: number,
+    queueOffset: number,
+  ): boolean | undefined {
+    if (this.#firstFileError !== undefined) throw this.#firstFileError;
+    const at = queueOffset * CQ_UNIT_SIZE_BYTES;
+    if (at < this.#inMemoryBytes) return false;
+    if (at > this.#inMemoryBytes) return undefined;
+    // No more than the first file holds: the buffer is written into it.
+    const capBytes = Math.min(IN_MEMORY_UNITS_MAX * CQ_UNIT_SIZE_BYTES, this.fileSizeBytes);
+    if (at + CQ_UNIT_SIZE_BYTES > capBytes) return undefined;
+    let buffer = this.#inMemory!;
+    if (at + CQ_UNIT_SIZE_BYTES > buffer.length) {
+      const grown = new Uint8Array(Math.min(buffer.length * 2, capBytes));
+      grown.set(buffer.subarray(0, this.#inMemoryBytes));
+      buffer = grown;
+      this.#inMemory = grown;
+    }
+    const view = this.#unitView;
+    writeInt64(view, 0, commitLogOffset);
+    view.setInt32(CQ_UNIT_SIZE_POSITION, size);
+    writeInt64(view, CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
+    buffer.set(this.#unit, at);
+    this.#inMemoryBytes = at + CQ_UNIT_SIZE_BYTES;
+    this.#maxPhysicOffset = commitLogOffset + size;
+    return true;
   }
 
   /**
@@ -343,6 +471,11 @@ export class ConsumeQueue {
     assert(!this.#putting, `puts to ${this.directory} do not overlap: await each one`);
     this.#putting = true;
     try {
+      if (this.#inMemory !== undefined) {
+        const put = this.#putInMemory(commitLogOffset, size, tagsCode, queueOffset);
+        if (put !== undefined) return put;
+        await this.#firstFile;
+      }
       return await this.#put(commitLogOffset, size, tagsCode, queueOffset);
     } finally {
       this.#putting = false;
@@ -364,6 +497,9 @@ export class ConsumeQueue {
   ): boolean | undefined {
     checkUnit(commitLogOffset, size, tagsCode, queueOffset);
     if (commitLogOffset + size <= this.#maxPhysicOffset) return false;
+    if (this.#inMemory !== undefined && !this.#putting) {
+      return this.#putInMemory(commitLogOffset, size, tagsCode, queueOffset);
+    }
     const file = this.#queue.lastFile;
     if (this.#putting || file === undefined || file.isFull || file.writeMode !== "mapping") {
       return undefined;
@@ -467,6 +603,14 @@ export class ConsumeQueue {
     }
     const logicOffset = queueOffset * CQ_UNIT_SIZE_BYTES;
     if (logicOffset < this.#minLogicOffset) return undefined;
+    const inMemory = this.#inMemory;
+    if (inMemory !== undefined) {
+      // A view: the buffer is only appended to, and replaced when it grows.
+      const available = Math.floor((this.#inMemoryBytes - logicOffset) / CQ_UNIT_SIZE_BYTES);
+      if (available <= 0) return undefined;
+      const end = logicOffset + Math.min(available, maxCount) * CQ_UNIT_SIZE_BYTES;
+      return new ConsumeQueueUnits(queueOffset, inMemory.subarray(logicOffset, end), () => {});
+    }
     const file = this.#queue.findMappedFileByOffset(logicOffset);
     if (file === undefined) return undefined;
     const position = logicOffset - file.fileFromOffset;
@@ -485,7 +629,9 @@ export class ConsumeQueue {
 
   /** The queue offset the next unit gets (RocketMQ's `getMaxOffsetInQueue`). */
   get maxOffsetInQueue(): number {
-    return (this.#readOnlyEnd ?? this.#queue.maxOffset) / CQ_UNIT_SIZE_BYTES;
+    const end = this.#readOnlyEnd ??
+      (this.#inMemory !== undefined ? this.#inMemoryBytes : this.#queue.maxOffset);
+    return end / CQ_UNIT_SIZE_BYTES;
   }
 
   /** End (offset + size) of the last unit's message; -1 when none. */
@@ -510,6 +656,7 @@ export class ConsumeQueue {
    * message. Unchanged when the first file has no such unit.
    */
   async correctMinOffset(minCommitLogOffset: number): Promise<void> {
+    await this.#firstFile;
     const file = this.#queue.firstFile;
     if (file === undefined) return;
     const range = await file.selectRange(0, file.readPosition);
@@ -542,6 +689,7 @@ export class ConsumeQueue {
     if (this.#readOnly) {
       throw new MqStoreError("UNSUPPORTED", `Cannot truncate ${this.directory}: opened read-only`);
     }
+    await this.#firstFile;
     this.#maxPhysicOffset = physicalOffset;
     // A file prepared after one that goes now would leave a gap on disk.
     await this.#allocator?.discard(this.directory);
@@ -569,8 +717,11 @@ export class ConsumeQueue {
    *
    * @returns Whether the flushed offset moved.
    */
-  flush(leastPages: number): Promise<boolean> {
-    return this.#queue.flush(leastPages);
+  async flush(leastPages: number): Promise<boolean> {
+    // Units held in memory are flushed once they are in the file (a
+    // failed creation rejects: the checkpoint must not count them).
+    await this.#firstFile;
+    return await this.#queue.flush(leastPages);
   }
 
   /**
@@ -581,6 +732,7 @@ export class ConsumeQueue {
    * @returns How many files were deleted.
    */
   async deleteExpiredFile(minCommitLogOffset: number): Promise<number> {
+    await this.#firstFile;
     const deleted = await this.#queue.deleteExpiredByOffset(
       minCommitLogOffset,
       CQ_UNIT_SIZE_BYTES,
@@ -590,17 +742,22 @@ export class ConsumeQueue {
   }
 
   /** Closes the files (flush first). Idempotent. */
-  close(): Promise<void> {
-    return this.#queue.close({ waitMs: 0 });
+  async close(): Promise<void> {
+    // A failed creation was reported by the puts and flushes that met it.
+    await this.#firstFile?.catch(() => {});
+    await this.#queue.close({ waitMs: 0 });
   }
 
   /** Deletes every file of the queue and closes it. */
   async destroy(): Promise<void> {
+    await this.#firstFile?.catch(() => {});
     await this.#allocator?.discard(this.directory);
     this.#preparedAfter = -1;
     await this.#queue.destroy();
     this.#maxPhysicOffset = -1;
     this.#minLogicOffset = 0;
+    this.#inMemory = undefined;
+    this.#inMemoryBytes = 0;
   }
 
   /**
@@ -674,7 +831,10 @@ export class ConsumeQueue {
 
   #appendNow(file: MappedFile, unit: Uint8Array): void {
     const appended = file.appendBytes(unit);
-    assert(appended, `a ${unit.length}-byte unit fits in ${file.path} at ${file.wrotePosition}`);
+    // Checked with an if: the message would be built on every unit.
+    if (!appended) {
+      assert(false, `a ${unit.length}-byte unit fits in ${file.path} at ${file.wrotePosition}`);
+    }
   }
 }
 

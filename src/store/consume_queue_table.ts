@@ -44,6 +44,14 @@ export interface ConsumeQueueTableOptions {
    * @default {systemClock}
    */
   clock?: Clock;
+  /**
+   * Receives the error of a queue made by {@link ConsumeQueueTable.findOrCreateNow}
+   * whose first file could not be created: units it took are in memory
+   * only (dispatch must stop; re-dispatch on open puts them back).
+   *
+   * @default {undefined}
+   */
+  onError?: (error: unknown) => void;
 }
 
 /** A queue directory name: a decimal int32, as `Integer.parseInt` accepts it. */
@@ -172,6 +180,27 @@ export class ConsumeQueueTable {
     })();
     this.#creating.set(key, creating);
     return creating.finally(() => this.#creating.delete(key));
+  }
+
+  /**
+   * The queue of `topic`/`queueId` without waiting: a missing one is made
+   * at once and takes units in memory while its directory and first file
+   * are created in the background ({@link ConsumeQueue.startInMemory}), so
+   * a new queue does not stall dispatch. Undefined when that cannot be
+   * done now (read-only, closed, an awaited creation of it in progress):
+   * use {@link findOrCreate} then.
+   */
+  findOrCreateNow(topic: string, queueId: number): ConsumeQueue | undefined {
+    const found = this.find(topic, queueId);
+    if (found !== undefined) return found;
+    if (this.#closed || this.#options.readOnly === true) return undefined;
+    if (this.#creating.has(`${queueId}/${topic}`)) return undefined;
+    // Every queue directory on disk was loaded at open, and queues made
+    // since are in the table: this one has none.
+    const queue = this.#newQueue(topic, queueId);
+    queue.startInMemory((error) => this.#options.onError?.(error));
+    this.#put(queue);
+    return queue;
   }
 
   /** Every queue, topic by topic. */

@@ -19,8 +19,9 @@
  * Two ways forward, never at the same time:
  * - {@link Dispatcher.dispatchNow}, called by the put path: a bounded
  *   slice of records dispatched synchronously, as long as none needs I/O
- *   (a new consume queue or file, a new index file, a port that cannot
- *   map). A producer that never yields to the event loop (a tight
+ *   (a consume queue rolling to a file not prepared, a new index file, a
+ *   port that cannot map; a new consume queue takes its first units in
+ *   memory while its file is created). A producer that never yields to the event loop (a tight
  *   `await put()` loop) keeps the dispatcher in step that way: a
  *   background loop would only get a share of the microtask queue, and
  *   nothing at all of I/O completions.
@@ -39,6 +40,7 @@
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
 import { DispatchView, hasConsumeQueueEntry, RecordChecker } from "../record/mod.ts";
+import type { MappedFile } from "../segment/mapped_file.ts";
 import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import type { ConsumeQueueTable } from "./consume_queue_table.ts";
 import type { IndexService } from "./index_service.ts";
@@ -153,6 +155,10 @@ export class Dispatcher {
   #cutClaimBytes = 0;
   /** Records (and BLANKs) the last {@link Dispatcher.#walk} dispatched. */
   #walkedRecords = 0;
+  /** The segment {@link Dispatcher.#bytes} views. */
+  #bytesFile: MappedFile | undefined;
+  /** All of the mapping of {@link Dispatcher.#bytesFile}. */
+  #bytes: Uint8Array | undefined;
 
   /** @param options The commit log, its limit, the queues and the index. */
   constructor(options: DispatcherOptions) {
@@ -182,6 +188,17 @@ export class Dispatcher {
   /** The error that stopped the dispatcher, if any. */
   get failure(): MqStoreError | undefined {
     return this.#failure;
+  }
+
+  /**
+   * Stops the dispatcher with `error`, as a failed dispatch would: a
+   * consume queue lost units it had taken (its file could not be made).
+   * Nothing when it failed already.
+   */
+  fail(error: unknown): void {
+    if (this.#failure !== undefined) return;
+    this.#fail(error);
+    this.wakeup();
   }
 
   /** Starts following the commit log in the background. */
@@ -318,18 +335,34 @@ export class Dispatcher {
       const position = offset - file.fileFromOffset;
       const end = Math.min(limit - file.fileFromOffset, file.fileSizeBytes, file.readPosition);
       if (end <= position) return false;
-      const range = file.selectView(position, end - position);
-      if (range === undefined) return false;
-      let stop: number;
-      try {
-        stop = this.#walk(range.bytes, offset, file.fileSizeBytes - position, budget);
-      } finally {
-        range.release();
-      }
+      // The whole segment's bytes, bounded by `end`: no view, range
+      // object or DataView made per put. The slice runs synchronously, so
+      // a segment that is still available stays mapped until it returns.
+      const bytes = this.#segmentBytes(file);
+      if (bytes === undefined || !file.isAvailable) return false;
+      const stop = this.#walk(bytes, file.fileFromOffset, file.fileSizeBytes, budget, end);
       budget -= this.#walkedRecords;
       if (stop === WALK_BUDGET || stop === WALK_IO || stop === WALK_CUT) return false;
     }
     return this.#dispatched >= limit;
+  }
+
+  /**
+   * A view of all of `file`'s mapping (the last one asked for is kept),
+   * or undefined when the file has no mapping or is closing.
+   */
+  #segmentBytes(file: MappedFile): Uint8Array | undefined {
+    if (file === this.#bytesFile) return this.#bytes;
+    const range = file.selectView(0, 0);
+    if (range === undefined) return undefined;
+    const view = range.bytes;
+    range.release();
+    const size = file.fileSizeBytes;
+    this.#bytesFile = file;
+    this.#bytes = view.byteOffset + size <= view.buffer.byteLength
+      ? new Uint8Array(view.buffer, view.byteOffset, size)
+      : undefined;
+    return this.#bytes;
   }
 
   /** Dispatches up to `limit`; a background run stops early at close. */
@@ -404,23 +437,34 @@ export class Dispatcher {
   /**
    * Dispatches, without awaiting, the records of `bytes` (commit-log
    * offset `rangeOffset`, `segmentRest` bytes from its start to the
-   * segment end) from the dispatched offset on, at most `maxRecords`.
+   * segment end) from the dispatched offset on, at most `maxRecords`;
+   * only `bytes[0, length)` may be read.
    *
    * @returns Why it stopped ({@link WALK_RANGE_END}, ...).
    * @throws {MqStoreError} `CORRUPT_RECORD` for a record that is neither a
    *   message, nor a BLANK filling its segment, nor cut by the range end.
    */
-  #walk(bytes: Uint8Array, rangeOffset: number, segmentRest: number, maxRecords: number): number {
-    const length = bytes.length;
+  #walk(
+    bytes: Uint8Array,
+    rangeOffset: number,
+    segmentRest: number,
+    maxRecords: number,
+    length: number = bytes.length,
+  ): number {
     let at = this.#dispatched - rangeOffset;
-    assert(at >= 0 && at <= length, `dispatched offset ${this.#dispatched} is in the range`);
+    // Checked with an if: assert()'s message (a number formatted) would be
+    // built on every put.
+    if (!(at >= 0 && at <= length)) {
+      assert(false, `dispatched offset ${this.#dispatched} is in the range`);
+    }
     this.#walkedRecords = 0;
     const lean = this.#view;
     const indexed = this.#options.index !== undefined;
     for (; this.#walkedRecords < maxRecords; this.#walkedRecords++) {
       if (at >= length) return WALK_RANGE_END;
       const recordOffset = rangeOffset + at;
-      if (lean.load(bytes, at, recordOffset, indexed && recordOffset > this.#indexSkipThrough)) {
+      const withKeys = indexed && recordOffset > this.#indexSkipThrough;
+      if (lean.load(bytes, at, recordOffset, withKeys, length)) {
         if (!this.#dispatchViewNow(lean)) {
           this.#pending = pendingOf(lean);
           return WALK_IO;
@@ -431,7 +475,11 @@ export class Dispatcher {
         continue;
       }
       // Not a message the lean decode takes: the checker says what it is.
-      const view = this.#checker.check(bytes, at, recordOffset);
+      const view = this.#checker.check(
+        length === bytes.length ? bytes : bytes.subarray(0, length),
+        at,
+        recordOffset,
+      );
       assert(
         view.kind !== "message",
         `the lean decode and the checker agree on the message at ${recordOffset}`,
@@ -470,7 +518,12 @@ export class Dispatcher {
   #dispatchViewNow(view: DispatchView): boolean {
     const options = this.#options;
     if (hasConsumeQueueEntry(view.sysFlag)) {
-      const cq = options.consumeQueues.find(view.topic, view.queueId);
+      // A new queue (its first unit) takes units in memory while its file
+      // is created off this path.
+      const cq = options.consumeQueues.find(view.topic, view.queueId) ??
+        (view.queueOffset === 0
+          ? options.consumeQueues.findOrCreateNow(view.topic, view.queueId)
+          : undefined);
       if (cq === undefined) return false;
       const put = cq.putUnitNow(view.physicalOffset, view.size, view.tagsCode, view.queueOffset);
       if (put === undefined) return false;

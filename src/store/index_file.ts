@@ -479,7 +479,8 @@ export class IndexFile {
 
   /** Writes entry `indexCount` and its slot; the caller writes the header. */
   #put(keyHash: number, phyOffset: number, storeTimestamp: number): void {
-    assert(this.#indexCount < this.indexNum, `${this.path} has room for an entry`);
+    // Checked with an if: the message would be built on every entry.
+    if (this.#indexCount >= this.indexNum) assert(false, `${this.path} has room for an entry`);
     const slotPosition = this.#slotPosition(keyHash);
     let slotValue = this.#view.getInt32(slotPosition);
     if (slotValue <= INVALID_INDEX || slotValue > this.#indexCount) slotValue = INVALID_INDEX;

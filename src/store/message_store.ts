@@ -163,6 +163,15 @@ const SUBSCRIBE_BATCH_COUNT = 32;
 /** Size of a consume-queue unit. */
 const CQ_UNIT_BYTES = 20;
 const HOURS_MS = 3_600_000;
+/**
+ * Most bytes appended but not dispatched before an ASYNC_FLUSH put's answer
+ * waits for the dispatcher (to half of it). Dispatch runs in step with puts
+ * until a record needs file I/O (a consume-queue or index file to create
+ * or roll); a producer that never yields to the event loop would never let
+ * that I/O complete, and the lag — what consumers cannot see yet — would
+ * grow for as long as it runs. 4 MiB is about 10 ms of puts.
+ */
+const DISPATCH_LAG_MAX_BYTES = 0x40_0000;
 
 /**
  * An open store.
@@ -346,6 +355,8 @@ export class MessageStore {
       }
       const checkpoint = await StoreCheckpoint.load(port, join(directory, "checkpoint"));
       const stats = new StoreStats();
+      // Set once built: a new queue whose file cannot be made stops dispatch.
+      let dispatching: Dispatcher | undefined;
       consumeQueues = new ConsumeQueueTable({
         port,
         rootDirectory: directory,
@@ -353,6 +364,7 @@ export class MessageStore {
         readOnly,
         sparse: resolved.sparseFiles,
         clock: resolved.clock,
+        onError: (error) => dispatching?.fail(error),
       });
       await consumeQueues.load();
       if (resolved.messageIndexEnable) {
@@ -430,6 +442,7 @@ export class MessageStore {
           },
         });
       let dispatcher = makeDispatcher(start.fromOffset);
+      dispatching = dispatcher;
       // Each step holds at least one whole record, so every step progresses.
       const stepBytes = Math.max(resolved.recoveryCheckpointIntervalBytes, recordBytesMax);
       if (!readOnly) {
@@ -443,6 +456,7 @@ export class MessageStore {
             `mqstore: re-dispatch from ${start.fromOffset} found a gap (${error.message}); replaying from ${minOffset}`,
           );
           dispatcher = makeDispatcher(minOffset);
+          dispatching = dispatcher;
           await redispatch(dispatcher, endOffset, stepBytes, consumeQueues, index, checkpoint);
         }
         // After re-dispatch, as RocketMQ: a queue whose units were all lost
@@ -536,7 +550,19 @@ export class MessageStore {
       this.#putsInFlight++;
       return answer.then(this.#onPutBound, this.#onPutErrorBound);
     }
-    return Promise.resolve(this.#afterPut(answer));
+    const result = this.#afterPut(answer);
+    const append = result.appendResult;
+    if (
+      append !== undefined && !this.#sync &&
+      append.wroteOffset - this.#dispatcher.dispatchedOffset > DISPATCH_LAG_MAX_BYTES
+    ) {
+      // The message is stored whatever dispatch does next: the answer only
+      // waits, and a closed store or failed dispatch ends the wait.
+      const settled = () => result;
+      return this.whenDispatched(append.wroteOffset - DISPATCH_LAG_MAX_BYTES / 2)
+        .then(settled, settled);
+    }
+    return Promise.resolve(result);
   }
 
   /**
