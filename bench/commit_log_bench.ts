@@ -34,6 +34,7 @@ import type { MessageInput } from "../src/record/mod.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import type { MessageStoreOptions } from "../src/store/options.ts";
 import { sequentialWriteLimit } from "./compare/limits.ts";
+import { deviceStatFile } from "./_device.ts";
 
 interface Row {
   scenario: string;
@@ -257,33 +258,6 @@ const SUSTAINED_LIMIT_BYTES = 0x2000_0000;
 /** Data the sustained row appends at `--scale 1`: 8 GiB, well past the 4.6 GB dirty limit. */
 const SUSTAINED_BYTES = 0x2_0000_0000;
 
-/**
- * The block device's `stat` file for `directory` (the mount with the
- * longest mount point containing it), or undefined where there is none.
- */
-function deviceStatPath(directory: string): string | undefined {
-  let mountinfo: string;
-  try {
-    mountinfo = fs.readFileSync("/proc/self/mountinfo", "utf8");
-  } catch {
-    return undefined;
-  }
-  const real = fs.realpathSync(directory);
-  let best: { mountPoint: string; majorMinor: string } | undefined;
-  for (const line of mountinfo.split("\n")) {
-    const fields = line.split(" ");
-    const majorMinor = fields[2];
-    const mountPoint = fields[4]?.replace(/\\040/g, " ");
-    if (majorMinor === undefined || mountPoint === undefined) continue;
-    const inside = mountPoint === "/" || real === mountPoint || real.startsWith(`${mountPoint}/`);
-    if (inside && (best === undefined || mountPoint.length >= best.mountPoint.length)) {
-      best = { mountPoint, majorMinor };
-    }
-  }
-  const statPath = best === undefined ? undefined : `/sys/dev/block/${best.majorMinor}/stat`;
-  return statPath !== undefined && fs.existsSync(statPath) ? statPath : undefined;
-}
-
 /** Bytes the device has written (field 7 of its `stat`), or NaN without one. */
 function deviceBytesWritten(statPath: string | undefined): number {
   if (statPath === undefined) return NaN;
@@ -310,7 +284,7 @@ async function sustainedScenario(port: RuntimePort, totalBytes: number): Promise
       port,
       mappedFileSizeCommitLog: 0x4000_0000,
     });
-    const statPath = deviceStatPath(directory);
+    const statPath = deviceStatFile(directory)?.statPath;
     const batch = messages(1024);
     const openedMs = performance.now();
     let firstFlushMs = NaN;

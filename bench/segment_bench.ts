@@ -37,6 +37,7 @@ import { AllocateMappedFileService } from "../src/segment/allocate_mapped_file_s
 import { type AppendOutcome, type AppendTarget, MappedFile } from "../src/segment/mapped_file.ts";
 import { MappedFileQueue } from "../src/segment/mapped_file_queue.ts";
 import { TransientStorePool } from "../src/segment/transient_store_pool.ts";
+import { deviceStatFile } from "./_device.ts";
 
 const KIB = 0x400;
 const MIB = 0x10_0000;
@@ -446,43 +447,6 @@ async function benchCommit(
     await pool.close();
   }
   return { wholeSegmentGBps: median(whole), perChunkGBps: median(chunked), lockedBuffers };
-}
-
-/**
- * The `stat` file of the block device holding `directory`: the mount with
- * the longest mount point that contains it, from `/proc/self/mountinfo`,
- * gives `MAJ:MIN`; `/sys/dev/block/MAJ:MIN/stat` is its counter file.
- */
-function deviceStatFile(directory: string): { device: string; statPath: string } | undefined {
-  let mountinfo: string;
-  try {
-    mountinfo = fs.readFileSync("/proc/self/mountinfo", "utf8");
-  } catch {
-    return undefined;
-  }
-  const real = fs.realpathSync(directory);
-  let best: { mountPoint: string; majorMinor: string } | undefined;
-  for (const line of mountinfo.split("\n")) {
-    const fields = line.split(" ");
-    const majorMinor = fields[2];
-    const mountPoint = fields[4]?.replace(/\\040/g, " ");
-    if (majorMinor === undefined || mountPoint === undefined) continue;
-    const inside = mountPoint === "/" || real === mountPoint ||
-      real.startsWith(`${mountPoint}/`);
-    if (inside && (best === undefined || mountPoint.length >= best.mountPoint.length)) {
-      best = { mountPoint, majorMinor };
-    }
-  }
-  if (best === undefined) return undefined;
-  const statPath = `/sys/dev/block/${best.majorMinor}/stat`;
-  if (!fs.existsSync(statPath)) return undefined;
-  let device = best.majorMinor;
-  try {
-    device = `${path.basename(fs.realpathSync(`/sys/dev/block/${best.majorMinor}`))} (${device})`;
-  } catch {
-    // Keep MAJ:MIN.
-  }
-  return { device, statPath };
 }
 
 /** Write requests and sectors written (fields 5 and 7 of the block device's `stat`). */
