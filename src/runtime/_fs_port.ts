@@ -243,14 +243,7 @@ class FsFileHandle implements FileHandle {
   }
 
   async write(source: Uint8Array, position: number): Promise<void> {
-    checkRange(`write ${this.path}`, position, source.length, FILE_SIZE_MAX_BYTES);
-    this.#checkOpen("write");
-    if (this.readOnly) {
-      throw new MqStoreError(
-        "PERMISSION_DENIED",
-        `Cannot write ${this.path}: the file was opened read-only`,
-      );
-    }
+    this.#checkWrite(source, position);
     let done = 0;
     while (done < source.length) {
       done += await call<number>("write", this.path, (cb) =>
@@ -268,7 +261,8 @@ class FsFileHandle implements FileHandle {
     }
   }
 
-  writeSync(source: Uint8Array, position: number): void {
+  /** Throws unless `source` may be written at `position` (open, writable, in range). */
+  #checkWrite(source: Uint8Array, position: number): void {
     checkRange(`write ${this.path}`, position, source.length, FILE_SIZE_MAX_BYTES);
     this.#checkOpen("write");
     if (this.readOnly) {
@@ -277,6 +271,10 @@ class FsFileHandle implements FileHandle {
         `Cannot write ${this.path}: the file was opened read-only`,
       );
     }
+  }
+
+  writeSync(source: Uint8Array, position: number): void {
+    this.#checkWrite(source, position);
     let done = 0;
     try {
       while (done < source.length) {

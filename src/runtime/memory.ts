@@ -917,21 +917,15 @@ class MemoryFileHandle implements FileHandle {
   }
 
   async write(source: Uint8Array, position: number): Promise<void> {
-    checkRange(`write ${this.path}`, position, source.length, FILE_SIZE_MAX_BYTES);
-    this.#checkOpen("write");
-    if (this.readOnly) {
-      throw new MqStoreError(
-        "PERMISSION_DENIED",
-        `Cannot write ${this.path}: the file was opened read-only`,
-      );
-    }
+    this.#checkWrite(source, position);
     const fault = this.#disk.fault("write", "write", this.path);
     await Promise.resolve();
     if (fault !== undefined) throw fault;
     this.#writeNow(source, position);
   }
 
-  writeSync(source: Uint8Array, position: number): void {
+  /** Throws unless `source` may be written at `position` (open, writable, in range). */
+  #checkWrite(source: Uint8Array, position: number): void {
     checkRange(`write ${this.path}`, position, source.length, FILE_SIZE_MAX_BYTES);
     this.#checkOpen("write");
     if (this.readOnly) {
@@ -940,6 +934,10 @@ class MemoryFileHandle implements FileHandle {
         `Cannot write ${this.path}: the file was opened read-only`,
       );
     }
+  }
+
+  writeSync(source: Uint8Array, position: number): void {
+    this.#checkWrite(source, position);
     const fault = this.#disk.fault("write", "write", this.path);
     if (fault !== undefined) throw fault;
     this.#writeNow(source, position);
