@@ -16,6 +16,7 @@ export type {
   DirectoryLock,
   DiskSpace,
   FileHandle,
+  FileRange,
   FileStat,
   LockedBuffer,
   Mapping,

@@ -218,7 +218,22 @@ export interface FileHandle {
   close(): Promise<void>;
 }
 
-/** A byte range of a file, as {@link FileHandle.dataRanges} lists them. */
+/**
+ * A byte range of a file, as {@link FileHandle.dataRanges} lists them.
+ *
+ * @example
+ * ```ts
+ * import { MemoryPort } from "./mod.ts";
+ *
+ * const port = new MemoryPort("node");
+ * await port.makeDirectory("/s");
+ * const file = await port.createFile("/s/segment", 0x1000);
+ * for (const range of file.dataRanges(0, 0x1000)) {
+ *   console.log(range.position, range.length); // the memory adapter lists it all: 0 4096
+ * }
+ * await file.close();
+ * ```
+ */
 export interface FileRange {
   /** First byte. */
   position: number;
