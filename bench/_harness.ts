@@ -200,3 +200,49 @@ export function runStandalone(isMain: boolean | undefined): BenchResult[] {
   if (typeof sink === "symbol") console.log(String(sink));
   return results;
 }
+
+/**
+ * Forces a full collection where the runtime offers one (Bun; Node and
+ * Deno run with `--expose-gc`).
+ *
+ * @returns Whether a collection could be forced.
+ */
+export function collectGarbage(): boolean {
+  const host = globalThis as { Bun?: { gc(force: boolean): void }; gc?: () => void };
+  if (host.Bun !== undefined) {
+    host.Bun.gc(true);
+    return true;
+  }
+  if (typeof host.gc === "function") {
+    host.gc();
+    return true;
+  }
+  return false;
+}
+
+/** The flags every scenario bench reads. */
+export interface ScenarioFlags {
+  /** `--json`: one report object on the last line. */
+  json: boolean;
+  /** `--filter <text>` ("" when absent). */
+  filter: string;
+  /** `--scale <factor>` (1 when absent). */
+  scale: number;
+}
+
+/**
+ * Reads `--json`, `--filter <text>` and `--scale <factor>` from the command line.
+ *
+ * @throws {RangeError} When the scale is not a positive number.
+ */
+export function scenarioFlags(argv: readonly string[] = process.argv.slice(2)): ScenarioFlags {
+  const filterAt = argv.indexOf("--filter");
+  const scaleAt = argv.indexOf("--scale");
+  const scale = scaleAt >= 0 ? Number(argv[scaleAt + 1]) : 1;
+  if (!(scale > 0)) throw new RangeError(`--scale is ${argv[scaleAt + 1]}; it must be positive`);
+  return {
+    json: argv.includes("--json"),
+    filter: filterAt >= 0 ? argv[filterAt + 1] ?? "" : "",
+    scale,
+  };
+}

@@ -35,6 +35,7 @@ import { MessageStore } from "../src/store/message_store.ts";
 import type { MessageStoreOptions } from "../src/store/options.ts";
 import { sequentialWriteLimit } from "./compare/limits.ts";
 import { deviceStatFile } from "./_device.ts";
+import { collectGarbage, scenarioFlags } from "./_harness.ts";
 
 interface Row {
   scenario: string;
@@ -85,13 +86,8 @@ if ((globalThis as { Bun?: unknown }).Bun !== undefined) {
   jscHeapStats = ((await import(specifier)) as { heapStats(): JscHeapStats }).heapStats;
 }
 
-const argv = process.argv.slice(2);
-const json = argv.includes("--json");
-const filterIndex = argv.indexOf("--filter");
-/** Runs the scenarios whose name contains it, or starts with it after a `^`. */
-const filter = filterIndex >= 0 ? argv[filterIndex + 1] ?? "" : "";
-const scaleIndex = argv.indexOf("--scale");
-const scale = scaleIndex >= 0 ? Number(argv[scaleIndex + 1]) : 1;
+/** `filter` runs the scenarios whose name contains it, or starts with it after a `^`. */
+const { json, filter, scale } = scenarioFlags();
 
 const QUEUES = 4;
 
@@ -141,20 +137,6 @@ interface ProducerShape {
 }
 
 const MIB = 0x10_0000;
-
-/** Forces a full collection where the runtime offers one (Bun; Node, Deno with --expose-gc). */
-function collectGarbage(): boolean {
-  const host = globalThis as { Bun?: { gc(force: boolean): void }; gc?: () => void };
-  if (host.Bun !== undefined) {
-    host.Bun.gc(true);
-    return true;
-  }
-  if (typeof host.gc === "function") {
-    host.gc();
-    return true;
-  }
-  return false;
-}
 
 function memorySample(messages: number): MemorySample {
   collectGarbage();

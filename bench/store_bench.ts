@@ -43,7 +43,7 @@ import { performance } from "node:perf_hooks";
 import { setImmediate } from "node:timers";
 import { fileURLToPath } from "node:url";
 import { createPort, runtimeName } from "../src/runtime/mod.ts";
-import { benchRuntime } from "./_harness.ts";
+import { benchRuntime, collectGarbage, scenarioFlags } from "./_harness.ts";
 import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
 import type { MessageInput } from "../src/record/mod.ts";
 import { MessageStore } from "../src/store/message_store.ts";
@@ -96,12 +96,7 @@ const BASE_OPTIONS: MessageStoreOptions = {
 };
 
 const argv = process.argv.slice(2);
-const json = argv.includes("--json");
-const filterAt = argv.indexOf("--filter");
-const filter = filterAt >= 0 ? argv[filterAt + 1] ?? "" : "";
-const scaleAt = argv.indexOf("--scale");
-const scale = scaleAt >= 0 ? Number(argv[scaleAt + 1]) : 1;
-if (!(scale > 0)) throw new RangeError(`--scale is ${argv[scaleAt + 1]}; it must be positive`);
+const { json, filter, scale } = scenarioFlags(argv);
 const SCRIPT = fileURLToPath(import.meta.url);
 
 // ---------------------------------------------------------------------------
@@ -151,25 +146,7 @@ function checkPut(status: string, message: string | undefined, at: number): void
   if (status !== "PUT_OK") throw new Error(`put ${at}: ${status} ${message ?? ""}`);
 }
 
-interface GcHost {
-  gc?: () => void;
-  Bun?: { gc(force: boolean): void };
-}
-
-/** Forces a full collection where the runtime allows it; returns whether it could. */
-function collect(): boolean {
-  const host = globalThis as GcHost;
-  if (host.Bun !== undefined) {
-    host.Bun.gc(true);
-    return true;
-  }
-  if (typeof host.gc === "function") {
-    host.gc();
-    return true;
-  }
-  return false;
-}
-const gcForced = collect();
+const gcForced = collectGarbage();
 
 interface JscHeapStats {
   heapSize: number;
@@ -193,7 +170,7 @@ const jscHeapStats: (() => JscHeapStats) | undefined = runtimeName() === "bun"
 
 /** JS heap used (array buffers left out) and RSS, after a collection where possible. */
 function memory(): { heapBytes: number; rssBytes: number } {
-  collect();
+  collectGarbage();
   const usage = process.memoryUsage();
   const jsc = jscHeapStats?.();
   const heapBytes = jsc === undefined ? usage.heapUsed : jsc.heapSize - jsc.extraMemorySize;
