@@ -35,6 +35,7 @@ import { MessageStore } from "../src/store/message_store.ts";
 import type { MessageStoreOptions } from "../src/store/options.ts";
 import { sequentialWriteLimit } from "./compare/limits.ts";
 import { deviceStatFile } from "./_device.ts";
+import { rawGroupCommit } from "./_raw_group_commit.ts";
 import { collectGarbage, scenarioFlags } from "./_harness.ts";
 
 interface Row {
@@ -530,18 +531,10 @@ async function rawScenario(port: RuntimePort, count: number): Promise<Row> {
 }
 
 /**
- * The raw group commit, the best this device does by hand: `producers`
- * loops each append their 1 KiB record into a shared buffer (a copy, as a
- * store encodes into its write buffer) and wait for the flush that covers
- * it. A flush is one positional write of the buffered bytes on the
- * JavaScript thread (a page-cache copy) and one `fdatasync` off it; up to
- * `flushesMax` run at once. With one, the next starts once every producer
- * is back (or on the next turn when some is not); with two, once half of
- * them are (each flush takes half of the load, the other half's flush
- * running meanwhile), answered in the order they began. The file is
- * prepared as the store prepares a SYNC_FLUSH segment (allocated,
- * pre-faulted under MADV_RANDOM and its zeros written through), so the
- * flushes overwrite written blocks in single-page folios.
+ * The raw group commit (`bench/_raw_group_commit.ts`): `producers` loops
+ * appending 1 KiB records (+ 128 B, a stored record's header and
+ * properties), `flushesMax` flushes in flight at most, into a file
+ * prepared like a SYNC_FLUSH segment.
  */
 async function rawGroupScenario(
   port: RuntimePort,
@@ -552,97 +545,34 @@ async function rawGroupScenario(
   return await withDirectory(async (directory) => {
     const recordBytes = 1024 + 128;
     const perProducer = Math.ceil(count / producers);
-    const total = perProducer * producers;
-    const usedBytes = (total + 200) * recordBytes;
-    const sizeBytes = 0x1000_0000;
-    const handle = await port.createFile(`${directory}/raw-group`, sizeBytes);
-    if (port.canMap) {
-      const mapping = await handle.map(0, sizeBytes);
-      mapping.advise(0, sizeBytes, "random");
-      const preparedBytes = Math.min(sizeBytes, usedBytes + 0x10_0000);
-      for (let at = 0; at < preparedBytes; at += 0x40_0000) {
-        const length = Math.min(0x40_0000, preparedBytes - at);
-        await mapping.populate(at, length);
-        await mapping.sync(at, length);
-      }
-      mapping.unmap();
-    }
-    const record = new Uint8Array(recordBytes).fill(0x5A);
-    // Appended records not yet written; index 0 is file position `buffered`.
-    const buffer = new Uint8Array(producers * recordBytes * 2);
-    let buffered = 0;
-    let position = 0;
-    // Producers waiting for the flush that will cover them (not begun yet).
-    let waiting: Array<() => void> = [];
-    let inFlight = 0;
-    let scheduled = false;
-    let groups = 0;
-    // Settles after the last flush begun: flushes answer in begin order.
-    let last: Promise<void> = Promise.resolve();
-    const share = Math.ceil(producers / flushesMax);
-    const begin = (): void => {
-      const answers = waiting;
-      waiting = [];
-      if (position > buffered) {
-        handle.writeSync(buffer.subarray(0, position - buffered), buffered);
-        buffered = position;
-      }
-      inFlight++;
-      groups++;
-      const own = handle.datasync();
-      const earlier = last;
-      last = Promise.all([earlier, own]).then(() => {
-        inFlight--;
-        for (const answer of answers) answer();
-        if (waiting.length > 0) maybeBegin(false);
-      });
-    };
-    const maybeBegin = (onTurn: boolean): void => {
-      if (waiting.length === 0 || inFlight >= flushesMax) return;
-      if (waiting.length >= share || (onTurn && inFlight === 0)) begin();
-      else if (!scheduled) {
-        scheduled = true;
-        setImmediate(() => {
-          scheduled = false;
-          maybeBegin(true);
-        });
-      }
-    };
-    const write = (): Promise<void> => {
-      buffer.set(record, position - buffered);
-      position += recordBytes;
-      return new Promise<void>((resolve) => {
-        waiting.push(resolve);
-        maybeBegin(false);
-      });
-    };
-    for (let i = 0; i < 200; i++) await write();
-    const latencies = new Float64Array(total);
+    const latencies = new Float64Array(perProducer * producers);
     let index = 0;
-    groups = 0;
-    const start = performance.now();
-    await Promise.all(Array.from({ length: producers }, async () => {
-      for (let i = 0; i < perProducer; i++) {
-        const t0 = performance.now();
-        await write();
-        latencies[index++] = performance.now() - t0;
-      }
-    }));
-    const seconds = (performance.now() - start) / 1000;
-    await handle.close();
-    const sorted = latencies.sort();
+    const { acks, elapsedMs, groups } = await rawGroupCommit({
+      port,
+      file: `${directory}/raw-group`,
+      producers,
+      recordBytes,
+      flushesMax,
+      fileBytes: 0x1000_0000,
+      appendsPerProducer: perProducer,
+      onAck: (latencyMs) => {
+        latencies[index++] = latencyMs;
+      },
+    });
+    const seconds = elapsedMs / 1000;
+    const sorted = latencies.subarray(0, index).sort();
     return {
       scenario: `raw group commit 1 KiB ${producers}p ${flushesMax}f`,
       runtime: runtimeName(),
       adapter: port.adapter,
       producers,
-      messages: total,
+      messages: acks,
       seconds,
-      messagesPerSecond: total / seconds,
-      mbPerSecond: (total * recordBytes) / seconds / 1e6,
+      messagesPerSecond: acks / seconds,
+      mbPerSecond: (acks * recordBytes) / seconds / 1e6,
       p50Ms: percentile(sorted, 0.5),
       p99Ms: percentile(sorted, 0.99),
-      groupCommitMean: groups === 0 ? 0 : total / groups,
+      groupCommitMean: groups === 0 ? 0 : acks / groups,
     };
   });
 }

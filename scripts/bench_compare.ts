@@ -9,6 +9,9 @@
  *   --repeats N        runs of every case per runtime (default 3; quick 1)
  *   --runtimes LIST    e.g. `deno,node` (default deno,bun,node)
  *   --only TEXT        only cases whose id contains TEXT (limits always run)
+ *   --filter LIST      only cases, limits included, whose id contains one of
+ *                      the comma-separated texts (e.g.
+ *                      `durable/mqstore/1/128,durable/sqlite/1/128,fsync`)
  *   --out DIR          where BENCHMARKS.md and docs/benchmarks.svg go
  *                      (default: the repository root)
  *   --dir DIR          where the stores are created (default: the OS temp dir)
@@ -50,9 +53,8 @@ import {
   MANY_PRODUCERS,
   QUICK_SIZING,
 } from "../bench/compare/workloads.ts";
+import { BIN, exitOf, jsonLines, ROOT, runBench } from "./_bench_runner.ts";
 
-const ROOT = path.resolve(import.meta.dirname ?? ".", "..");
-const BIN = path.join(ROOT, "node_modules", ".bin");
 const WORKER = "bench/compare/worker.ts";
 /**
  * A worker still running by then is stuck (a full one takes 1.5–3 min
@@ -65,6 +67,7 @@ interface Options {
   repeats: number;
   runtimes: Runtime[];
   only: string | undefined;
+  filter: string[] | undefined;
   out: string;
   directory: string;
   raw: string | undefined;
@@ -90,46 +93,30 @@ function parseOptions(argv: readonly string[]): Options {
     repeats,
     runtimes,
     only: value("--only"),
+    filter: value("--filter")?.split(",").filter((text) => text.length > 0),
     out: path.resolve(value("--out") ?? ROOT),
     directory: path.resolve(value("--dir") ?? os.tmpdir()),
     raw: value("--raw"),
   };
 }
 
-function command(runtime: Runtime, configFile: string): [string, string[]] {
-  switch (runtime) {
-    case "deno":
-      return [path.join(BIN, "deno"), ["run", "-A", WORKER, "--config", configFile]];
-    case "bun":
-      return [path.join(BIN, "bun"), [WORKER, "--config", configFile]];
-    case "node":
-      return [process.execPath, ["--import", "tsx", WORKER, "--config", configFile]];
-  }
-}
-
 function runWorker(runtime: Runtime, config: WorkerConfig): WorkerReport | undefined {
   const configFile = path.join(config.directory, `mqstore-compare-${runtime}-${process.pid}.json`);
   fs.writeFileSync(configFile, JSON.stringify(config));
   try {
-    const [file, args] = command(runtime, configFile);
-    const result = spawnSync(file, args, {
-      cwd: ROOT,
-      encoding: "utf8",
-      stdio: ["ignore", "pipe", "inherit"],
-      maxBuffer: 0x1000_0000,
-      timeout: WORKER_TIMEOUT_MS,
+    const result = runBench(runtime, WORKER, ["--config", configFile], {
+      inheritStderr: true,
+      timeoutMs: WORKER_TIMEOUT_MS,
     });
     let report: WorkerReport | undefined;
-    for (const text of (result.stdout ?? "").split("\n")) {
-      if (!text.startsWith("{")) continue;
-      const line = JSON.parse(text) as WorkerLine;
+    for (const line of jsonLines<WorkerLine>(result.stdout)) {
       if (line.type === "header") report = { ...line.header, results: [] };
       else report?.results.push(line.result);
     }
     if (result.status !== 0 || report === undefined) {
       const done = report?.results.length ?? 0;
       console.error(
-        `${runtime}: worker ended with ${result.signal ?? `exit ${result.status}`}` +
+        `${runtime}: worker ended with ${exitOf(result)}` +
           `${result.error ? ` (${result.error.message})` : ""}; ` +
           `${done} of ${config.cases.length} cases reported`,
       );
@@ -209,9 +196,11 @@ function main(): void {
   const options = parseOptions(process.argv.slice(2));
   const sizing = options.quick ? QUICK_SIZING : FULL_SIZING;
   const allCases = buildCases(sizing);
-  const cases = options.only === undefined
-    ? allCases
-    : allCases.filter((c) => c.peer === undefined || c.id.includes(options.only!));
+  const cases = allCases.filter((c) =>
+    (options.only === undefined || c.peer === undefined || c.id.includes(options.only)) &&
+    (options.filter === undefined || options.filter.some((text) => c.id.includes(text)))
+  );
+  if (cases.length === 0) throw new RangeError("--only/--filter leave no case to run");
   const started = new Date();
   const loadAtStart = os.loadavg();
   console.error(
@@ -300,7 +289,7 @@ function main(): void {
     } records of 128 B or ${
       sizing.throughputRecords[1024]!.toLocaleString("en")
     } of 1 KiB in batches of ${BATCH_RECORDS}. **sync**: a record is acknowledged only once it is on disk; 1 producer, or ${MANY_PRODUCERS} concurrent producers, put for ${sizing.durableMs} ms and every ack's latency is recorded.`,
-    "- Limits are measured by the same worker: memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync into a fallocated file (the 1-producer limit); a raw group commit of 64 producers appending into a fallocated file, one write + fdatasync per batch (the 64-producer limit).",
+    "- Limits are measured by the same worker: memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync (the 1-producer limit); a raw group commit of 64 producers, one write + fdatasync per batch, with 1 and with 2 flushes in flight (the 64-producer limit is the better of the two). The durable limits write into a file prepared as mqstore's SYNC_FLUSH segments are (allocated, pre-faulted, zeros written through), as `bench/commit_log_bench.ts` measures them too (`bench/_raw_group_commit.ts`).",
     "- Every case runs on a fresh directory after a warm-up of a tenth of its size. Runtimes take turns and the case order is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.",
     "- SQLite's drivers are synchronous, so it has no 64-producer row (producers on one thread would only take turns). `mqstore-batch` sends each 1000 records as one `putMessages()` batch; `mqstore` issues 1000 `putMessage()` calls and awaits them together.",
     "- Other processes on this VM may have run meanwhile: read the spread before the medians.",

@@ -55,7 +55,7 @@ function panels(
         ? "memcpy"
         : limit.spec.kind === "fsync"
         ? "write+fdatasync"
-        : "group commit"
+        : `group commit, ${limit.spec.flushesMax ?? 1} in flight`
     }`;
     const row = panel.rows.get(name) ?? [];
     if (!row.some((r) => r.runtime === limit.runtime)) row.push(limit);

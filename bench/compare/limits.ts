@@ -6,15 +6,17 @@
  *   any store that copies the record once;
  * - 4 MiB sequential writes plus one fdatasync (GB/s): the disk's
  *   streaming bandwidth through the page cache;
- * - one 4 KiB write + fdatasync into a fallocated file (p50/p99): the
- *   price of one durable acknowledgement;
- * - a raw group commit: 64 producers append 1 KiB records into a
- *   fallocated file, one write and one fdatasync per batch of whatever
- *   queued meanwhile (acks/s): the ceiling of a durable log with group
- *   commit.
+ * - one 4 KiB write + fdatasync (p50/p99): the price of one durable
+ *   acknowledgement;
+ * - a raw group commit (`bench/_raw_group_commit.ts`): producers append
+ *   records, one write and one fdatasync per batch of whatever queued
+ *   meanwhile, one or two flushes in flight (acks/s): the ceiling of a
+ *   durable log with group commit.
  *
- * Files are allocated with the runtime port's `createFile` (posix_fallocate,
- * like mqstore's segments) and written with `node:fs`.
+ * The durable limits write into a file prepared as mqstore prepares a
+ * SYNC_FLUSH segment (allocated, pre-faulted and its zeros written
+ * through: `prepareSyncFile`), wrapping to its start, so they overwrite
+ * written blocks as the store does.
  *
  * @module
  */
@@ -22,6 +24,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { createPort } from "../../src/runtime/mod.ts";
+import { prepareSyncFile, rawGroupCommit } from "../_raw_group_commit.ts";
 import { Samples } from "./_stats.ts";
 
 /** Size of the buffer memcpy writes into, wrapping around. */
@@ -30,6 +33,11 @@ const MEMCPY_BUFFER_BYTES = 0x400_0000;
 const SEQUENTIAL_CHUNK_BYTES = 0x40_0000;
 /** One page, the unit of the durable-write latency limit. */
 const PAGE_BYTES = 0x1000;
+/**
+ * File of the durable limits, written round: 64 MiB takes a fraction of a
+ * second to prepare, and overwriting it is what a long log does too.
+ */
+const DURABLE_FILE_BYTES = 0x400_0000;
 
 /** A measured limit. */
 export interface LimitResult {
@@ -43,9 +51,9 @@ export interface LimitResult {
   latenciesUs?: Float64Array;
 }
 
-async function allocate(file: string, sizeBytes: number): Promise<number> {
-  const port = await createPort();
-  const handle = await port.createFile(file, sizeBytes);
+/** A prepared file (see the module doc), opened with `node:fs`. */
+async function prepared(file: string, sizeBytes: number): Promise<number> {
+  const handle = await prepareSyncFile(await createPort(), file, sizeBytes);
   await handle.close();
   return fs.openSync(file, "r+");
 }
@@ -88,17 +96,17 @@ export function sequentialWriteLimit(directory: string, totalBytes: number): Lim
 }
 
 /**
- * For `durationMs`: write the next 4 KiB of a fallocated file, fdatasync.
- * Time-bound like the durable workloads it is the limit of, so both sample
- * the disk over spans of the same length.
+ * For `durationMs`: write the next 4 KiB of a prepared file, fdatasync, on
+ * the calling thread. Time-bound like the durable workloads it is the
+ * limit of, so both sample the disk over spans of the same length.
  */
 export async function durableWriteLimit(
   directory: string,
   durationMs: number,
-  fileBytes: number,
 ): Promise<LimitResult> {
   const file = path.join(directory, "durable.bin");
-  const fd = await allocate(file, fileBytes);
+  const fileBytes = DURABLE_FILE_BYTES;
+  const fd = await prepared(file, fileBytes);
   const page = new Uint8Array(PAGE_BYTES).fill(0x5a);
   const latenciesUs = new Samples();
   try {
@@ -126,123 +134,36 @@ export async function durableWriteLimit(
   }
 }
 
-function writeAsync(fd: number, bytes: Uint8Array, position: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    fs.write(fd, bytes, 0, bytes.length, position, (error, written) => {
-      if (error) reject(error);
-      else if (written !== bytes.length) {
-        reject(new Error(`Short write: ${written} of ${bytes.length}`));
-      } else resolve();
-    });
-  });
-}
-
-function datasyncAsync(fd: number): Promise<void> {
-  return new Promise((resolve, reject) =>
-    fs.fdatasync(fd, (error) => error ? reject(error) : resolve())
-  );
-}
-
 /**
- * A plain group commit: appends queue while a write + fdatasync is in
- * flight; the next flush takes everything queued, copies it into one
- * buffer, writes it at the log's end and syncs once.
- */
-class GroupCommitLog {
-  #fd: number;
-  #fileBytes: number;
-  #offset = 0;
-  #queued: Uint8Array[] = [];
-  #waiters: Array<() => void> = [];
-  #flushing = false;
-  #failure: unknown;
-  #staging: Uint8Array;
-  /** Batches flushed, for the report. */
-  batches = 0;
-
-  constructor(fd: number, fileBytes: number, batchBytesMax: number) {
-    this.#fd = fd;
-    this.#fileBytes = fileBytes;
-    this.#staging = new Uint8Array(batchBytesMax);
-  }
-
-  append(record: Uint8Array): Promise<void> {
-    if (this.#failure !== undefined) return Promise.reject(this.#failure);
-    return new Promise((resolve) => {
-      this.#queued.push(record);
-      this.#waiters.push(resolve);
-      if (!this.#flushing) void this.#flushLoop();
-    });
-  }
-
-  async #flushLoop(): Promise<void> {
-    this.#flushing = true;
-    try {
-      while (this.#queued.length > 0) {
-        const records = this.#queued;
-        const waiters = this.#waiters;
-        this.#queued = [];
-        this.#waiters = [];
-        let length = 0;
-        for (const record of records) {
-          this.#staging.set(record, length);
-          length += record.length;
-        }
-        // Wrap to the start rather than grow the file: a run never needs
-        // more than the file, and overwriting keeps the blocks allocated.
-        if (this.#offset + length > this.#fileBytes) this.#offset = 0;
-        await writeAsync(this.#fd, this.#staging.subarray(0, length), this.#offset);
-        await datasyncAsync(this.#fd);
-        this.#offset += length;
-        this.batches++;
-        for (const wake of waiters) wake();
-      }
-    } catch (error) {
-      this.#failure = error;
-    } finally {
-      this.#flushing = false;
-    }
-  }
-}
-
-/**
- * `producers` loops, each appending `payloadBytes` records and awaiting
- * their durability, for `durationMs`.
+ * The raw group commit (`bench/_raw_group_commit.ts`, the one
+ * `bench/commit_log_bench.ts` measures too): `producers` loops each
+ * appending `payloadBytes` records and awaiting their durability, for
+ * `durationMs`, with at most `flushesMax` flushes in flight, into a file
+ * prepared like mqstore's SYNC_FLUSH segments.
  */
 export async function groupCommitLimit(
   directory: string,
   producers: number,
   payloadBytes: number,
   durationMs: number,
-  fileBytes: number,
+  flushesMax: number,
 ): Promise<LimitResult & { batches: number }> {
-  const file = path.join(directory, "group.bin");
-  const fd = await allocate(file, fileBytes);
-  const log = new GroupCommitLog(fd, fileBytes, producers * payloadBytes);
   const latenciesUs = new Samples();
-  try {
-    const start = performance.now();
-    const deadline = start + durationMs;
-    let acks = 0;
-    const producer = async () => {
-      const record = new Uint8Array(payloadBytes).fill(0x5a);
-      while (performance.now() < deadline) {
-        const t = performance.now();
-        await log.append(record);
-        latenciesUs.push((performance.now() - t) * 1000);
-        acks++;
-      }
-    };
-    await Promise.all(Array.from({ length: producers }, producer));
-    const elapsedMs = performance.now() - start;
-    return {
-      ratePerS: acks / elapsedMs * 1000,
-      count: acks,
-      elapsedMs,
-      latenciesUs: latenciesUs.values(),
-      batches: log.batches,
-    };
-  } finally {
-    fs.closeSync(fd);
-  }
+  const { acks, elapsedMs, groups } = await rawGroupCommit({
+    port: await createPort(),
+    file: path.join(directory, "group.bin"),
+    producers,
+    recordBytes: payloadBytes,
+    flushesMax,
+    fileBytes: DURABLE_FILE_BYTES,
+    durationMs,
+    onAck: (latencyMs) => latenciesUs.push(latencyMs * 1000),
+  });
+  return {
+    ratePerS: acks / elapsedMs * 1000,
+    count: acks,
+    elapsedMs,
+    latenciesUs: latenciesUs.values(),
+    batches: groups,
+  };
 }

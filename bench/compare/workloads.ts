@@ -9,7 +9,9 @@
  * - `durable`: 1 or 64 producers putting one record at a time with `sync`
  *   durability for a fixed time (acks/s, ack latency p50/p99);
  * - `memcpy`, `sequential`, `fsync`, `group`: the machine's limits
- *   (`limits.ts`).
+ *   (`limits.ts`); the raw group commit runs with 1 and with 2 flushes in
+ *   flight ({@link GROUP_FLUSHES}), and the 64-producer workloads are read
+ *   against the better of the two.
  *
  * @module
  */
@@ -34,6 +36,8 @@ import { percentile, Samples } from "./_stats.ts";
 export const BATCH_RECORDS = 1000;
 /** Producers of the concurrent durable workloads. */
 export const MANY_PRODUCERS = 64;
+/** Flushes in flight of the raw group-commit limit's runs. */
+export const GROUP_FLUSHES = [1, 2] as const;
 /** The record sizes compared. */
 export const PAYLOAD_SIZES = [128, 1024] as const;
 
@@ -63,6 +67,8 @@ export interface CaseSpec {
   count?: number;
   /** Duration of time-bound cases. */
   durationMs?: number;
+  /** Flushes in flight at most (`group`). */
+  flushesMax?: number;
 }
 
 /** What one run of a case measured. */
@@ -131,13 +137,16 @@ export function buildCases(sizing: Sizing): CaseSpec[] {
     durationMs: sizing.durableMs,
   });
   for (const payloadBytes of PAYLOAD_SIZES) {
-    cases.push({
-      id: `group/${MANY_PRODUCERS}/${payloadBytes}`,
-      kind: "group",
-      payloadBytes,
-      producers: MANY_PRODUCERS,
-      durationMs: sizing.durableMs,
-    });
+    for (const flushesMax of GROUP_FLUSHES) {
+      cases.push({
+        id: `${groupIdOf(MANY_PRODUCERS, payloadBytes)}/${flushesMax}f`,
+        kind: "group",
+        payloadBytes,
+        producers: MANY_PRODUCERS,
+        durationMs: sizing.durableMs,
+        flushesMax,
+      });
+    }
   }
   for (const payloadBytes of PAYLOAD_SIZES) {
     for (const peer of PEERS) {
@@ -167,6 +176,14 @@ export function buildCases(sizing: Sizing): CaseSpec[] {
     }
   }
   return cases;
+}
+
+/**
+ * The id of the raw group-commit limit of `producers` and `payloadBytes`
+ * without its flush count: every run of it (`…/1f`, `…/2f`) starts so.
+ */
+export function groupIdOf(producers: number, payloadBytes: number): string {
+  return `group/${producers}/${payloadBytes}`;
 }
 
 /** The peer of a case. */
@@ -251,11 +268,6 @@ async function runDurable(spec: CaseSpec, directory: string): Promise<CaseResult
   }
 }
 
-/** File of the durable limits: big enough for a few hundred k acks/s of 1 KiB. */
-function groupFileBytes(spec: CaseSpec): number {
-  return Math.min(0x4000_0000, Math.max(0x400_0000, (spec.durationMs ?? 1_000) * 0x4_0000));
-}
-
 /** Runs one case in a fresh subdirectory of `directory`, removed after. */
 export async function runCase(spec: CaseSpec, directory: string): Promise<CaseResult> {
   const runDirectory = fs.mkdtempSync(path.join(directory, "run-"));
@@ -268,7 +280,7 @@ export async function runCase(spec: CaseSpec, directory: string): Promise<CaseRe
       case "fsync":
         return fromLimit(
           spec.id,
-          await durableWriteLimit(runDirectory, spec.durationMs ?? 1_000, groupFileBytes(spec)),
+          await durableWriteLimit(runDirectory, spec.durationMs ?? 1_000),
         );
       case "group":
         return fromLimit(
@@ -278,7 +290,7 @@ export async function runCase(spec: CaseSpec, directory: string): Promise<CaseRe
             spec.producers,
             spec.payloadBytes,
             spec.durationMs ?? 1_000,
-            groupFileBytes(spec),
+            spec.flushesMax ?? 1,
           ),
         );
       case "throughput":
