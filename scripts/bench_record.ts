@@ -15,13 +15,10 @@
  * @module
  */
 
-import { spawnSync } from "node:child_process";
-import path from "node:path";
 import process from "node:process";
 import type { BenchResult } from "../bench/_harness.ts";
+import { exitOf, jsonLines, parseRuntimes, runBench } from "./_bench_runner.ts";
 
-const ROOT = path.resolve(import.meta.dirname ?? ".", "..");
-const BIN = path.join(ROOT, "node_modules", ".bin");
 const SCRIPT_DEFAULT = "bench/record_bench.ts";
 
 /** An encode throughput the record codec must reach. */
@@ -46,18 +43,12 @@ function flag(name: string): string | undefined {
 }
 
 const SCRIPT = flag("--script") ?? SCRIPT_DEFAULT;
-const benchArgs = [SCRIPT, "--json"];
+const benchArgs = ["--json"];
 for (const name of ["--filter", "--time-ms"]) {
   const value = flag(name);
   if (value !== undefined) benchArgs.push(name, value);
 }
-const wanted = (flag("--runtimes") ?? "deno,bun,node").split(",");
-
-const commands: Array<[string, string, string[]]> = [
-  ["deno", path.join(BIN, "deno"), ["run", "-A", ...benchArgs]],
-  ["bun", path.join(BIN, "bun"), benchArgs],
-  ["node", process.execPath, ["--import", "tsx", ...benchArgs]],
-];
+const wanted = parseRuntimes(flag("--runtimes"));
 
 const rounds = Math.max(1, Number(flag("--rounds") ?? 1));
 
@@ -84,26 +75,17 @@ function merge(runtime: string, rows: BenchResult[]): void {
   }
 }
 
-for (let round = 0; round < rounds * commands.length; round++) {
-  const [runtime, command, args] = commands[round % commands.length]!;
-  if (!wanted.includes(runtime)) continue;
+for (let round = 0; round < rounds * wanted.length; round++) {
+  const runtime = wanted[round % wanted.length]!;
   console.error(
     `running ${SCRIPT} on ${runtime} (round ${
-      Math.floor(round / commands.length) + 1
+      Math.floor(round / wanted.length) + 1
     } of ${rounds})...`,
   );
-  const run = spawnSync(command, args, { cwd: ROOT, encoding: "utf8", maxBuffer: 0x4000000 });
-  const rows: BenchResult[] = [];
-  for (const line of run.stdout.split("\n")) {
-    if (!line.startsWith("{")) continue;
-    try {
-      rows.push(JSON.parse(line) as BenchResult);
-    } catch {
-      // A line that is not a result (a log) is skipped.
-    }
-  }
+  const run = runBench(runtime, SCRIPT, benchArgs);
+  const rows = jsonLines<BenchResult>(run.stdout);
   if (rows.length === 0 || run.status !== 0) {
-    console.error(`${runtime}: exit ${run.status}: ${run.stderr.trim()}`);
+    console.error(`${runtime}: ${exitOf(run)}: ${run.stderr.trim()}`);
   }
   if (rows.length > 0) merge(runtime, rows);
 }

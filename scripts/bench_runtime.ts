@@ -7,30 +7,18 @@
  * @module
  */
 
-import { spawnSync } from "node:child_process";
-import path from "node:path";
-import process from "node:process";
 import type { RuntimeBenchResult } from "../bench/runtime_bench.ts";
+import { BENCH_RUNTIMES, exitOf, lastJsonLine, runBench } from "./_bench_runner.ts";
 
-const ROOT = path.resolve(import.meta.dirname ?? ".", "..");
-const BIN = path.join(ROOT, "node_modules", ".bin");
 const SCRIPT = "bench/runtime_bench.ts";
 
-const commands: Array<[string, string, string[]]> = [
-  ["deno", path.join(BIN, "deno"), ["run", "-A", SCRIPT, "--json"]],
-  ["bun", path.join(BIN, "bun"), [SCRIPT, "--json"]],
-  ["node", process.execPath, ["--import", "tsx", SCRIPT, "--json"]],
-];
-
 const rows: RuntimeBenchResult[] = [];
-for (const [runtime, command, args] of commands) {
-  const result = spawnSync(command, args, { cwd: ROOT, encoding: "utf8" });
-  const line = result.stdout.trim().split("\n").at(-1) ?? "";
-  try {
-    rows.push(...JSON.parse(line) as RuntimeBenchResult[]);
-  } catch {
-    console.error(`${runtime}: no result (exit ${result.status}): ${result.stderr.trim()}`);
-  }
+for (const runtime of BENCH_RUNTIMES) {
+  const run = runBench(runtime, SCRIPT, ["--json"]);
+  const results = lastJsonLine<RuntimeBenchResult[]>(run.stdout);
+  if (results === undefined) {
+    console.error(`${runtime}: no result (${exitOf(run)}): ${run.stderr.trim()}`);
+  } else rows.push(...results);
 }
 
 const format = (value: number | undefined, digits: number) =>

@@ -10,14 +10,11 @@
  * @module
  */
 
-import { spawnSync } from "node:child_process";
 import os from "node:os";
-import path from "node:path";
 import process from "node:process";
 import type { AdapterReport, SegmentBenchReport } from "../bench/segment_bench.ts";
+import { BENCH_RUNTIMES, exitOf, lastJsonLine, runBench } from "./_bench_runner.ts";
 
-const ROOT = path.resolve(import.meta.dirname ?? ".", "..");
-const BIN = path.join(ROOT, "node_modules", ".bin");
 const SCRIPT = "bench/segment_bench.ts";
 const onlyAt = process.argv.indexOf("--only");
 const extra = [
@@ -26,28 +23,14 @@ const extra = [
   ...(onlyAt >= 0 ? ["--only", process.argv[onlyAt + 1] ?? ""] : []),
 ];
 
-const commands: Array<[string, string, string[]]> = [
-  ["deno", path.join(BIN, "deno"), ["run", "-A", SCRIPT, ...extra]],
-  ["bun", path.join(BIN, "bun"), [SCRIPT, ...extra]],
-  ["node", process.execPath, ["--import", "tsx", SCRIPT, ...extra]],
-];
-
 const loadBefore = os.loadavg().map((load) => load.toFixed(2)).join(" ");
 const reports: SegmentBenchReport[] = [];
-for (const [runtime, command, args] of commands) {
+for (const runtime of BENCH_RUNTIMES) {
   console.error(`running ${runtime}...`);
-  const result = spawnSync(command, args, {
-    cwd: ROOT,
-    encoding: "utf8",
-    stdio: ["ignore", "pipe", "inherit"],
-    maxBuffer: 0x100_0000,
-  });
-  const line = result.stdout.trim().split("\n").at(-1) ?? "";
-  try {
-    reports.push(JSON.parse(line) as SegmentBenchReport);
-  } catch {
-    console.error(`${runtime}: no result (exit ${result.status})`);
-  }
+  const run = runBench(runtime, SCRIPT, extra, { inheritStderr: true });
+  const report = lastJsonLine<SegmentBenchReport>(run.stdout);
+  if (report === undefined) console.error(`${runtime}: no result (${exitOf(run)})`);
+  else reports.push(report);
 }
 
 /** One column: a runtime's adapter. */

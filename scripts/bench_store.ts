@@ -17,14 +17,11 @@
  * @module
  */
 
-import { spawnSync } from "node:child_process";
 import os from "node:os";
-import path from "node:path";
 import process from "node:process";
 import type { StoreBenchReport, StoreBenchRow } from "../bench/store_bench.ts";
+import { exitOf, lastJsonLine, parseRuntimes, runBench } from "./_bench_runner.ts";
 
-const ROOT = path.resolve(import.meta.dirname ?? ".", "..");
-const BIN = path.join(ROOT, "node_modules", ".bin");
 const SCRIPT = "bench/store_bench.ts";
 const argv = process.argv.slice(2);
 const valueOf = (flag: string) => {
@@ -35,37 +32,19 @@ const passThrough = ["--filter", "--scale"].flatMap((flag) => {
   const value = valueOf(flag);
   return value === undefined ? [] : [flag, value];
 });
-const runtimes = (valueOf("--runtimes") ?? "deno,bun,node").split(",");
-
-const commands: Record<string, [string, string[]]> = {
-  deno: [
-    path.join(BIN, "deno"),
-    ["run", "-A", "--v8-flags=--expose-gc", SCRIPT, "--json", ...passThrough],
-  ],
-  bun: [path.join(BIN, "bun"), [SCRIPT, "--json", ...passThrough]],
-  node: [process.execPath, ["--expose-gc", "--import", "tsx", SCRIPT, "--json", ...passThrough]],
-};
+const runtimes = parseRuntimes(valueOf("--runtimes"));
 
 const loadBefore = os.loadavg().map((load) => load.toFixed(2)).join(" ");
 const reports: StoreBenchReport[] = [];
 for (const runtime of runtimes) {
-  const command = commands[runtime];
-  if (command === undefined) {
-    throw new RangeError(`--runtimes names "${runtime}"; use deno, bun, node`);
-  }
   console.error(`running ${runtime}...`);
-  const result = spawnSync(command[0], command[1], {
-    cwd: ROOT,
-    encoding: "utf8",
-    stdio: ["ignore", "pipe", "inherit"],
-    maxBuffer: 0x100_0000,
+  const run = runBench(runtime, SCRIPT, ["--json", ...passThrough], {
+    exposeGc: true,
+    inheritStderr: true,
   });
-  const line = result.stdout.trim().split("\n").at(-1) ?? "";
-  try {
-    reports.push(JSON.parse(line) as StoreBenchReport);
-  } catch {
-    console.error(`${runtime}: no result (exit ${result.status ?? result.signal})`);
-  }
+  const report = lastJsonLine<StoreBenchReport>(run.stdout);
+  if (report === undefined) console.error(`${runtime}: no result (${exitOf(run)})`);
+  else reports.push(report);
 }
 
 /** Figures worth a line, by name; the others stay in the JSON. */
