@@ -1,13 +1,15 @@
 /**
  * Helpers of the tests that open the RocketMQ 4.9.8 corpus stores
  * (`../shared/testdata/rocketmq-4.9.8` beside the repository): writable copies, the corpus
- * parameters, and its JSON files.
+ * parameters, its JSON files, and its manifest records as messages to put again.
  *
  * @module
  */
 
+import { Buffer } from "node:buffer";
 import fs from "node:fs";
 import path from "node:path";
+import { type MessageInput, parsePropertyPairs } from "../src/record/mod.ts";
 import { makeTempDirectory, PROJECT_ROOT } from "./_helpers.ts";
 
 /** The corpus root: the shared test data beside the repository, wherever it is cloned. */
@@ -50,12 +52,44 @@ export function copyCorpusStore(profile: string): { root: string; directory: str
 }
 
 /** The objects of a corpus `.jsonl` file. */
-export function readJsonLines(profile: string, name: string): Json[] {
+export function readJsonLines<T = Json>(profile: string, name: string): T[] {
   return fs.readFileSync(path.join(CORPUS, profile, name), "utf8").trim().split("\n")
-    .map((line) => JSON.parse(line) as Json);
+    .map((line) => JSON.parse(line) as T);
 }
 
 /** A corpus `.json` file. */
-export function readJson(profile: string, name: string): Json {
-  return JSON.parse(fs.readFileSync(path.join(CORPUS, profile, name), "utf8")) as Json;
+export function readJson<T = Json>(profile: string, name: string): T {
+  return JSON.parse(fs.readFileSync(path.join(CORPUS, profile, name), "utf8")) as T;
+}
+
+/** The property pairs of a manifest record, in their stored order. */
+export function manifestPropertyPairs(entry: Json): [string, string][] {
+  const raw = new Uint8Array(Buffer.from(entry.propertiesRaw, "base64"));
+  return parsePropertyPairs(raw, 0, raw.length);
+}
+
+/**
+ * A manifest record (`manifest.jsonl`, kind `message`) as the message that
+ * writes it again: every field a producer sets, the properties as their
+ * stored pairs; `overrides` replaces some (a replay puts a delayed record
+ * under its real topic, for one).
+ */
+export function manifestMessageInput(
+  entry: Json,
+  overrides: Partial<MessageInput> = {},
+): MessageInput {
+  return {
+    topic: entry.topic,
+    queueId: entry.queueId,
+    body: new Uint8Array(Buffer.from(entry.body, "base64")),
+    properties: manifestPropertyPairs(entry),
+    flag: entry.flag,
+    sysFlag: entry.sysFlag,
+    bornTimestamp: entry.bornTimestamp,
+    bornHost: entry.bornHost,
+    storeHost: entry.storeHost,
+    reconsumeTimes: entry.reconsumeTimes,
+    preparedTransactionOffset: entry.preparedTransactionOffset,
+    ...overrides,
+  };
 }

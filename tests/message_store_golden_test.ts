@@ -12,17 +12,24 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { describe, test } from "node:test";
-import { Buffer } from "node:buffer";
-import { type MessageInput, parsePropertyPairs } from "../src/record/mod.ts";
+import type { MessageInput } from "../src/record/mod.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { createPort, MemoryPort } from "../src/runtime/mod.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { MessageStore } from "../src/store/message_store.ts";
-import { CORPUS, CORPUS_PRESENT } from "./_corpus_helpers.ts";
-import { makeTempDirectory, removeDirectory } from "./_helpers.ts";
+import {
+  copyCorpusStore,
+  CORPUS,
+  CORPUS_OPTIONS,
+  CORPUS_SKIP,
+  type Json,
+  manifestMessageInput,
+  manifestPropertyPairs,
+  readJson,
+  readJsonLines,
+} from "./_corpus_helpers.ts";
+import { removeDirectory } from "./_helpers.ts";
 import { body, readRecords, segmentNames } from "./_store_helpers.ts";
-
-const present = CORPUS_PRESENT;
 
 interface Summary {
   messages: number;
@@ -30,34 +37,12 @@ interface Summary {
   consumeQueueUnitsPerQueue: Record<string, number>;
 }
 
-/** Copies a corpus store into a fresh, writable temp directory. */
+/** A writable copy of a corpus store, and its summary. */
 function copyStore(profile: string): { root: string; directory: string; summary: Summary } {
-  const root = makeTempDirectory();
-  const directory = path.join(root, "store");
-  fs.cpSync(path.join(CORPUS, profile, "store"), directory, { recursive: true });
-  const makeWritable = (at: string) => {
-    fs.chmodSync(at, fs.statSync(at).isDirectory() ? 0o755 : 0o644);
-    if (fs.statSync(at).isDirectory()) {
-      for (const name of fs.readdirSync(at)) makeWritable(path.join(at, name));
-    }
-  };
-  makeWritable(directory);
-  const summary = JSON.parse(
-    fs.readFileSync(path.join(CORPUS, profile, "summary.json"), "utf8"),
-  ) as Summary;
-  return { root, directory, summary };
+  return { ...copyCorpusStore(profile), summary: readJson<Summary>(profile, "summary.json") };
 }
 
-/** The corpus's parameters (README.txt). */
-const CORPUS_OPTIONS = {
-  mappedFileSizeCommitLog: 0x1_0000,
-  mappedFileSizeConsumeQueue: 600,
-  maxHashSlotNum: 64,
-  maxIndexNum: 256,
-  flushDiskType: "SYNC_FLUSH",
-} as const;
-
-const skip = present ? undefined : `${CORPUS} is not here`;
+const skip = CORPUS_SKIP;
 
 describe("RocketMQ 4.9.8 store directories", () => {
   test("MessageStore.open() keeps every record and queue offset of a clean RocketMQ store", {
@@ -136,12 +121,7 @@ describe("RocketMQ 4.9.8 store directories", () => {
   test("MessageStore.putMessage() replays the public corpus into RocketMQ's bytes", {
     skip,
   }, async () => {
-    // deno-lint-ignore no-explicit-any
-    type Json = Record<string, any>;
-    const lines = (name: string) =>
-      fs.readFileSync(path.join(CORPUS, "public", name), "utf8").trim().split("\n").map((line) =>
-        JSON.parse(line) as Json
-      );
+    const lines = (name: string) => readJsonLines("public", name);
     const records = new Map<number, Json>();
     for (const entry of lines("manifest.jsonl")) {
       if (entry.kind === "message") records.set(entry.physicalOffset, entry);
@@ -149,8 +129,7 @@ describe("RocketMQ 4.9.8 store directories", () => {
     /** Offsets of records compared as maps, not bytes (see below). */
     const notExact = new Set<number>();
     const inputOf = (entry: Json): MessageInput => {
-      const raw = new Uint8Array(Buffer.from(entry.propertiesRaw, "base64"));
-      let pairs = parsePropertyPairs(raw, 0, raw.length);
+      let pairs = manifestPropertyPairs(entry);
       let topic: string = entry.topic;
       let queueId: number = entry.queueId;
       const realTopic = pairs.find(([name]) => name === "REAL_TOPIC");
@@ -170,19 +149,7 @@ describe("RocketMQ 4.9.8 store directories", () => {
         pairs = pairs.map(([name, value]) => [name, name === "KEYS" ? `${value} ` : value]);
         notExact.add(entry.physicalOffset);
       }
-      return {
-        topic,
-        queueId,
-        body: new Uint8Array(Buffer.from(entry.body, "base64")),
-        properties: pairs,
-        flag: entry.flag,
-        sysFlag: entry.sysFlag,
-        bornTimestamp: entry.bornTimestamp,
-        bornHost: entry.bornHost,
-        storeHost: entry.storeHost,
-        reconsumeTimes: entry.reconsumeTimes,
-        preparedTransactionOffset: entry.preparedTransactionOffset,
-      };
+      return manifestMessageInput(entry, { topic, queueId, properties: pairs });
     };
     const puts = lines("puts.jsonl");
     const port = new MemoryPort(runtimeName());

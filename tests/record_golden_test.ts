@@ -11,7 +11,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { CORPUS } from "./_corpus_helpers.ts";
+import { CORPUS, manifestMessageInput, readJsonLines } from "./_corpus_helpers.ts";
 import {
   checkRecord,
   decodeMessageView,
@@ -21,7 +21,6 @@ import {
   hexOf,
   indexKeysOf,
   MessageEncoder,
-  parsePropertyPairs,
   patchRecord,
   RecordChecker,
   recordSizeOf,
@@ -37,7 +36,7 @@ interface Corpus {
   files: string[];
 }
 
-/** Copies a corpus's commit log and manifest into a fresh temp directory. */
+/** Copies a corpus's commit log into a fresh temp directory, and reads its manifest. */
 function copyCorpus(name: string, temp: string): Corpus {
   const source = path.join(CORPUS, name);
   const directory = path.join(temp, name);
@@ -48,12 +47,7 @@ function copyCorpus(name: string, temp: string): Corpus {
     fs.copyFileSync(path.join(source, "store", "commitlog", file), target);
     fs.chmodSync(target, 0o644);
   }
-  fs.copyFileSync(path.join(source, "manifest.jsonl"), path.join(directory, "manifest.jsonl"));
-  const manifest = fs.readFileSync(path.join(directory, "manifest.jsonl"), "utf8").trim().split(
-    "\n",
-  )
-    .map((line) => JSON.parse(line) as ManifestEntry);
-  return { directory, manifest, files };
+  return { directory, manifest: readJsonLines<ManifestEntry>(name, "manifest.jsonl"), files };
 }
 
 function readSegment(corpus: Corpus, file: string): Uint8Array {
@@ -210,25 +204,7 @@ describe("RocketMQ 4.9.8 golden corpus", () => {
     let exact = 0;
     for (const entry of publicCorpus.manifest) {
       if (entry.kind !== "message") continue;
-      const propertiesRaw = new Uint8Array(Buffer.from(entry.propertiesRaw, "base64"));
-      const pairs = parsePropertyPairs(propertiesRaw, 0, propertiesRaw.length);
-      const size = encoder.encode(
-        {
-          topic: entry.topic,
-          queueId: entry.queueId,
-          body: new Uint8Array(Buffer.from(entry.body, "base64")),
-          properties: pairs,
-          flag: entry.flag,
-          sysFlag: entry.sysFlag,
-          bornTimestamp: entry.bornTimestamp,
-          bornHost: entry.bornHost,
-          storeHost: entry.storeHost,
-          reconsumeTimes: entry.reconsumeTimes,
-          preparedTransactionOffset: entry.preparedTransactionOffset,
-        },
-        scratch,
-        0,
-      );
+      const size = encoder.encode(manifestMessageInput(entry), scratch, 0);
       assert.equal(typeof size, "number", `${entry.physicalOffset}: ${String(size)}`);
       patchRecord(scratch, 0, entry.queueOffset, entry.physicalOffset, entry.storeTimestamp);
       const rebuilt = scratch.subarray(0, size as number);

@@ -17,7 +17,7 @@ import type { RuntimePort } from "../src/runtime/port.ts";
 import { ConsumeQueueTable } from "../src/store/consume_queue_table.ts";
 import { IndexService } from "../src/store/index_service.ts";
 import { IndexFile } from "../src/store/index_file.ts";
-import { CORPUS } from "./_corpus_helpers.ts";
+import { copyCorpusStore, CORPUS, readJson, readJsonLines } from "./_corpus_helpers.ts";
 import { makeTempDirectory, removeDirectory } from "./_helpers.ts";
 
 const CQ_FILE_SIZE_BYTES = 600;
@@ -81,38 +81,21 @@ interface ManifestRow {
   indexKeys?: string[];
 }
 
-function readJsonLines<T>(file: string): T[] {
-  return fs.readFileSync(file, "utf8").split("\n").filter((line) => line.length > 0).map((
-    line,
-  ) => JSON.parse(line) as T);
-}
-
 function corpus(name: "public" | "crashed") {
-  const dir = path.join(CORPUS, name);
   return {
-    dir,
-    cq: () => readJsonLines<CqRow>(path.join(dir, "consumequeue.jsonl")),
-    index: () => JSON.parse(fs.readFileSync(path.join(dir, "index.json"), "utf8")) as IndexJson,
-    entries: () => readJsonLines<IndexEntryRow>(path.join(dir, "index_entries.jsonl")),
-    manifest: () => readJsonLines<ManifestRow>(path.join(dir, "manifest.jsonl")),
-    json: <T>(file: string) => JSON.parse(fs.readFileSync(path.join(dir, file), "utf8")) as T,
+    dir: path.join(CORPUS, name),
+    cq: () => readJsonLines<CqRow>(name, "consumequeue.jsonl"),
+    index: () => readJson<IndexJson>(name, "index.json"),
+    entries: () => readJsonLines<IndexEntryRow>(name, "index_entries.jsonl"),
+    manifest: () => readJsonLines<ManifestRow>(name, "manifest.jsonl"),
+    json: <T>(file: string) => readJson<T>(name, file),
   };
 }
 
-/** Copies a corpus store to a fresh writable temp directory. */
+/** Copies a corpus store to a fresh writable temp directory (`root` is the store). */
 function copyStore(name: "public" | "crashed"): { root: string; cleanup(): void } {
-  const temp = makeTempDirectory();
-  const root = path.join(temp, "store");
-  fs.cpSync(path.join(CORPUS, name, "store"), root, { recursive: true });
-  const makeWritable = (p: string) => {
-    const stat = fs.statSync(p);
-    fs.chmodSync(p, stat.isDirectory() ? 0o755 : 0o644);
-    if (stat.isDirectory()) {
-      for (const child of fs.readdirSync(p)) makeWritable(path.join(p, child));
-    }
-  };
-  makeWritable(root);
-  return { root, cleanup: () => removeDirectory(temp) };
+  const { root, directory } = copyCorpusStore(name);
+  return { root: directory, cleanup: () => removeDirectory(root) };
 }
 
 function groupByQueue(rows: CqRow[]): Map<string, CqRow[]> {
