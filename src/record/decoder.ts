@@ -33,9 +33,6 @@ import {
   BORN_HOST_POSITION,
   BORN_TIMESTAMP_POSITION,
   FLAG_POSITION,
-  HOST_V4_SIZE_BYTES,
-  HOST_V6_EXTRA_BYTES,
-  HOST_V6_SIZE_BYTES,
   MAGIC_POSITION,
   MESSAGE_MAGIC_CODE,
   PHYSICAL_OFFSET_POSITION,
@@ -44,12 +41,11 @@ import {
   QUEUE_OFFSET_POSITION,
   RECORD_FIXED_SIZE_BYTES,
   RECORD_SIZE_MIN_BYTES,
-  SYS_FLAG_BORN_HOST_V6,
   SYS_FLAG_POSITION,
-  SYS_FLAG_STORE_HOST_V6,
   TOPIC_LENGTH_MAX_BYTES,
   TOTAL_SIZE_POSITION,
 } from "./constants.ts";
+import { bornHostSizeBytes, hostsExtraBytes, storeHostSizeBytes } from "./_hosts.ts";
 import { bodyCrc } from "./crc32.ts";
 import { tagsCodeOf } from "./hash_code.ts";
 import type { DecodedMessage } from "./message.ts";
@@ -262,13 +258,9 @@ function classify(
   // Every read below stays inside [position, position + size): the fixed
   // part is checked against size before the length fields are trusted.
   const sysFlag = d.getInt32(position + SYS_FLAG_POSITION);
-  const bornHostLength = (sysFlag & SYS_FLAG_BORN_HOST_V6) === 0
-    ? HOST_V4_SIZE_BYTES
-    : HOST_V6_SIZE_BYTES;
-  const storeHostLength = (sysFlag & SYS_FLAG_STORE_HOST_V6) === 0
-    ? HOST_V4_SIZE_BYTES
-    : HOST_V6_SIZE_BYTES;
-  const extra = bornHostLength + storeHostLength - 2 * HOST_V4_SIZE_BYTES;
+  const bornHostLength = bornHostSizeBytes(sysFlag);
+  const storeHostLength = storeHostSizeBytes(sysFlag);
+  const extra = hostsExtraBytes(sysFlag);
   const fixed = RECORD_FIXED_SIZE_BYTES + extra;
   if (size < fixed + 1) {
     return invalid(
@@ -482,8 +474,7 @@ export function isMessageRecordAt(
     return false;
   }
   const sysFlag = d.getInt32(position + SYS_FLAG_POSITION);
-  const extra = ((sysFlag & SYS_FLAG_BORN_HOST_V6) === 0 ? 0 : HOST_V6_EXTRA_BYTES) +
-    ((sysFlag & SYS_FLAG_STORE_HOST_V6) === 0 ? 0 : HOST_V6_EXTRA_BYTES);
+  const extra = hostsExtraBytes(sysFlag);
   const end = position + size;
   const bodyPosition = position + BODY_POSITION_V4 + extra;
   // Room for the body, then topicLength (1) and propertiesLength (2).

@@ -29,8 +29,6 @@ import {
   BORN_HOST_POSITION,
   BORN_TIMESTAMP_POSITION,
   FLAG_POSITION,
-  HOST_V4_SIZE_BYTES,
-  HOST_V6_EXTRA_BYTES,
   MAGIC_POSITION,
   MESSAGE_MAGIC_CODE,
   PHYSICAL_OFFSET_POSITION,
@@ -38,12 +36,11 @@ import {
   PROPERTY_TAGS,
   QUEUE_ID_POSITION,
   QUEUE_OFFSET_POSITION,
-  SYS_FLAG_BORN_HOST_V6,
   SYS_FLAG_POSITION,
-  SYS_FLAG_STORE_HOST_V6,
   TOPIC_LENGTH_SIZE_BYTES,
   TOTAL_SIZE_POSITION,
 } from "./constants.ts";
+import { bornHostSizeBytes, hostsExtraBytes, storeHostSizeBytes } from "./_hosts.ts";
 import { tagsCodeOf } from "./hash_code.ts";
 import type { DecodedMessage } from "./message.ts";
 import { parsePropertiesMap, parsePropertyPairs, propertiesMapOf } from "./properties.ts";
@@ -138,12 +135,10 @@ export class LazyMessage implements DecodedMessage {
       "a LazyMessage is made from a checked MESSAGE record",
     );
     const sysFlag = d.getInt32(position + SYS_FLAG_POSITION);
-    const bornExtra = (sysFlag & SYS_FLAG_BORN_HOST_V6) === 0 ? 0 : HOST_V6_EXTRA_BYTES;
-    const storeExtra = (sysFlag & SYS_FLAG_STORE_HOST_V6) === 0 ? 0 : HOST_V6_EXTRA_BYTES;
-    const storeTimestampPosition = position + BORN_HOST_POSITION + HOST_V4_SIZE_BYTES + bornExtra;
+    const storeTimestampPosition = position + BORN_HOST_POSITION + bornHostSizeBytes(sysFlag);
     const reconsumePosition = storeTimestampPosition + STORE_TIMESTAMP_SIZE_BYTES +
-      HOST_V4_SIZE_BYTES + storeExtra;
-    const bodyPosition = position + BODY_POSITION_V4 + bornExtra + storeExtra;
+      storeHostSizeBytes(sysFlag);
+    const bodyPosition = position + BODY_POSITION_V4 + hostsExtraBytes(sysFlag);
     this.storeSize = size;
     this.bodyCRC = d.getInt32(position + BODY_CRC_POSITION);
     this.queueId = d.getInt32(position + QUEUE_ID_POSITION);
@@ -244,10 +239,11 @@ export class LazyMessage implements DecodedMessage {
   /** Born host, `"ip:port"` (IPv6 in brackets, Java notation). */
   get bornHost(): string {
     if (this.#bornHost === undefined) {
-      const length = (this.sysFlag & SYS_FLAG_BORN_HOST_V6) === 0
-        ? HOST_V4_SIZE_BYTES
-        : HOST_V4_SIZE_BYTES + HOST_V6_EXTRA_BYTES;
-      bornHosts.load(this.#bytes, this.#position + BORN_HOST_POSITION, length);
+      bornHosts.load(
+        this.#bytes,
+        this.#position + BORN_HOST_POSITION,
+        bornHostSizeBytes(this.sysFlag),
+      );
       this.#bornHost = bornHosts.text;
     }
     return this.#bornHost;
@@ -259,14 +255,9 @@ export class LazyMessage implements DecodedMessage {
   /** Loads the store host field into the store hosts' cache. */
   #loadStoreHost(): void {
     const flags = this.sysFlag;
-    const bornLength = (flags & SYS_FLAG_BORN_HOST_V6) === 0
-      ? HOST_V4_SIZE_BYTES
-      : HOST_V4_SIZE_BYTES + HOST_V6_EXTRA_BYTES;
-    const length = (flags & SYS_FLAG_STORE_HOST_V6) === 0
-      ? HOST_V4_SIZE_BYTES
-      : HOST_V4_SIZE_BYTES + HOST_V6_EXTRA_BYTES;
-    const position = this.#position + BORN_HOST_POSITION + bornLength + STORE_TIMESTAMP_SIZE_BYTES;
-    storeHosts.load(this.#bytes, position, length);
+    const position = this.#position + BORN_HOST_POSITION + bornHostSizeBytes(flags) +
+      STORE_TIMESTAMP_SIZE_BYTES;
+    storeHosts.load(this.#bytes, position, storeHostSizeBytes(flags));
   }
 
   /** Store host, `"ip:port"`. */
