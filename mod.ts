@@ -45,6 +45,8 @@ export type {
 } from "./src/commit_log/put_message_result.ts";
 export type { StoreStatsSnapshot, TopicPutStats } from "./src/commit_log/store_stats.ts";
 export type { MessageInput, PropertiesInput } from "./src/record/mod.ts";
+export { validateMessage } from "./src/record/mod.ts";
+export type { ValidateOptions } from "./src/record/mod.ts";
 export type { StoreCheckpoint } from "./src/commit_log/store_checkpoint.ts";
 export { ManualClock, systemClock } from "./src/segment/clock.ts";
 export type { Clock } from "./src/segment/clock.ts";

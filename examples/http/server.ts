@@ -106,6 +106,7 @@ import {
   type PutMessageResult,
   type PutMessageStatus,
   type StoredMessage,
+  validateMessage,
 } from "../../mod.ts";
 
 /** Options of {@link createHandler}. */
@@ -194,8 +195,6 @@ const QUERY_COUNT_MAX = 64;
 const PAGE_BODY_BYTES_MAX = 0x80_0000;
 /** Room for an envelope's JSON, properties and base64 beyond the body itself. */
 const ENVELOPE_OVERHEAD_BYTES = 0x1_0000;
-/** Topic names the store accepts (SPEC §3), for GETs that never reach validation. */
-const TOPIC_PATTERN = /^[%|a-zA-Z0-9_-]{1,127}$/;
 const DECIMAL_PATTERN = /^[0-9]{1,16}$/;
 const BASE64_PATTERN = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const INT32_MIN = -0x8000_0000;
@@ -287,15 +286,16 @@ function decodeSegment(segment: string): string {
   }
 }
 
-/** GETs check topic names here: a name no topic can have is a mistake, not an empty queue. */
+/** A body for {@link checkTopicName}'s validation: only the topic is in question. */
+const NO_BODY = new Uint8Array(0);
+
+/**
+ * GETs check topic names with the store's own validation (a put does it
+ * itself): a name no topic can have is a mistake, not an empty queue.
+ */
 function checkTopicName(topic: string): void {
-  if (!TOPIC_PATTERN.test(topic)) {
-    throw new HttpError(
-      400,
-      "INVALID_TOPIC",
-      `Topic "${topic.slice(0, 160)}" is not 1 to 127 characters of [%|a-zA-Z0-9_-]`,
-    );
-  }
+  const error = validateMessage({ topic, queueId: 0, body: NO_BODY });
+  if (error !== undefined) throw new HttpError(400, "INVALID_TOPIC", error.message);
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
