@@ -590,6 +590,83 @@ describe("CommitLog put path", () => {
     }
   });
 
+  test("putMessages() leaves files and queue offsets unchanged for every rejected batch", async () => {
+    const env = await openMemoryStore();
+    try {
+      await env.store.putMessage({ topic: "T", queueId: 0, body: body(100) });
+      await env.store.whenDispatched(env.store.maxOffset);
+      const before = await snapshotFiles(env.port, env.directory);
+      const good = (i: number): MessageInput => ({
+        topic: "T",
+        queueId: 0,
+        body: body(50, i),
+        properties: { TAGS: "a", KEYS: `k${i}` },
+      });
+      // Two good members first: they are encoded into the segment before
+      // the third is found bad, and must be undone.
+      const rejected: [MessageInput, string, RegExp][] = [
+        [{ topic: "U", queueId: 0, body: body(1) }, "MESSAGE_ILLEGAL", /goes to U\/0/],
+        [
+          { topic: "T", queueId: 0, body: body(1), properties: { A: "a\u0002b" } },
+          "MESSAGE_ILLEGAL",
+          /^Message 2 of the batch: Property "A"/,
+        ],
+        [
+          { topic: "T", queueId: 0, body: body(1), properties: { A: "x".repeat(40000) } },
+          "PROPERTIES_SIZE_EXCEEDED",
+          /^Message 2 of the batch/,
+        ],
+        [
+          { topic: "T", queueId: 0, body: body(1), properties: { DELAY: "3" } },
+          "MESSAGE_ILLEGAL",
+          /DELAY/,
+        ],
+        // 2 × 2.5 KiB fit maxMessageSize (8 KiB); a third 4 KiB record does not.
+        [
+          { topic: "T", queueId: 0, body: body(0x1000) },
+          "MESSAGE_ILLEGAL",
+          /^The batch is over \d+ bytes at message 2, maxMessageSize is 8192 bytes$/,
+        ],
+      ];
+      for (const [third, status, why] of rejected) {
+        const big = third.body.length === 0x1000;
+        const first = big ? { ...good(0), body: body(0xA00, 0) } : good(0);
+        const second = big ? { ...good(1), body: body(0xA00, 1) } : good(1);
+        const r = await env.store.putMessages([first, second, third, good(3)]);
+        assert.equal(r.status, status, why.source);
+        assert.equal(r.error?.code, status);
+        assert.match(r.error!.message, why);
+        assert.equal(r.appendResult, undefined);
+        assertFilesUnchanged(before, await snapshotFiles(env.port, env.directory));
+      }
+      // A member of the wrong type throws, and leaves nothing either.
+      await assert.rejects(
+        env.store.putMessages([good(0), good(1), {
+          topic: "T",
+          queueId: 0,
+          body: "text" as unknown as Uint8Array,
+        }]),
+        TypeError,
+      );
+      assertFilesUnchanged(before, await snapshotFiles(env.port, env.directory));
+      assert.equal(env.store.nextQueueOffset("T", 0), 1);
+      // A good batch right after lands where the log ended.
+      const ok = await env.store.putMessages([good(0), good(1)]);
+      assert.equal(ok.status, "PUT_OK");
+      assert.equal(ok.appendResult!.wroteOffset, 192);
+      assert.equal(ok.appendResult!.queueOffset, 1);
+      await env.store.close();
+      const records = (await readRecords(env.port, env.directory)).slice(1);
+      assert.deepEqual(records.map((x) => x.message.queueOffset), [1, 2]);
+      assert.deepEqual(records.map((x) => x.message.pairs), [
+        [["TAGS", "a"], ["KEYS", "k0"]],
+        [["TAGS", "a"], ["KEYS", "k1"]],
+      ]);
+    } finally {
+      await env.store.close();
+    }
+  });
+
   test("stats() counts puts per topic and latency buckets", async () => {
     const env = await openMemoryStore();
     try {

@@ -67,14 +67,44 @@ describe("MessageEncoder properties cache", () => {
     assert.deepEqual(pairsOf(encoded(encoder, input)), [["WAIT", "false"], ["TAGS", "bb"]]);
   });
 
+  test("MessageEncoder.encode() rewrites only what changed in a batch-like sequence", () => {
+    const encoder = new MessageEncoder();
+    // Same names, new values: a same-length value leaves the later pairs in
+    // place, a longer or shorter one moves them; each record must equal a
+    // fresh encoder's.
+    const sequence: PropertiesInput[] = [
+      { UNIQ_KEY: "AAAA0001", TAGS: "TagA", KEYS: "k1" },
+      { UNIQ_KEY: "AAAA0002", TAGS: "TagA", KEYS: "k1" },
+      { UNIQ_KEY: "AAAA0003", TAGS: "TagB", KEYS: "k1" },
+      { UNIQ_KEY: "AAAA00004", TAGS: "TagB", KEYS: "k1" },
+      { UNIQ_KEY: "AAAA0005", TAGS: "TagB", KEYS: "k1" },
+      { UNIQ_KEY: "AAAA0006", TAGS: "Tag\u00e9", KEYS: "k1" },
+      { UNIQ_KEY: "AAAA0007", TAGS: "TagAB", KEYS: "k1" },
+      { UNIQ_KEY: "AAAA0008", TAGS: "TagA" },
+      { UNIQ_KEY: "AAAA0009", TAGS: "TagA", KEYS: "k2" },
+      { UNIQ_KEY: "AAAA\x02010", TAGS: "TagA", KEYS: "k2" },
+      { UNIQ_KEY: "AAAA0011", TAGS: "TagA", KEYS: "k2" },
+      { UNIQ_KEY: "AAAA0012", TAGS: 7 as unknown as string, KEYS: "k2" },
+      { UNIQ_KEY: "AAAA0013", TAGS: "TagA", KEYS: "k2" },
+    ];
+    for (const [i, properties] of sequence.entries()) {
+      const input = message(properties);
+      assert.equal(outcome(encoder, input), outcome(new MessageEncoder(), input), `message ${i}`);
+    }
+  });
+
   test("MessageEncoder.encode() gives the same bytes and errors as a fresh encoder", () => {
     const random = prng(0x5EED);
     const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
     const names = ["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "k", "\u540d\u5b57", "bad\x01", ""];
     const values = [
       "a",
+      "b",
       "TagA",
+      "TagB",
       "order-1 customer-7",
+      "order-2 customer-9",
+      "\u8ba2\u5355-002 \ud83d\udd11",
       "",
       "\u8ba2\u5355-001 \ud83d\udd11",
       "v".repeat(300),
@@ -113,6 +143,8 @@ describe("MessageEncoder properties cache", () => {
         // A new object from the same strings, mostly with the same first pairs.
         const fresh: Record<string, string> = {};
         const count = Math.floor(random() * 4);
+        // A unique key first, of one width: the later pairs stay in place.
+        if (random() < 0.2) fresh.UNIQ_KEY = `${1000 + Math.floor(random() * 9000)}`;
         if (random() < 0.7) fresh.TAGS = "TagA";
         for (let k = 0; k < count; k++) fresh[pick(names)] = pick(values);
         properties = fresh;

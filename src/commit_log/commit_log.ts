@@ -39,11 +39,14 @@
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
 import {
+  MAGIC_POSITION,
+  MESSAGE_MAGIC_CODE,
   MessageEncoder,
   type MessageInput,
   patchRecord,
   PROPERTY_DELAY,
   PROPERTY_WAIT,
+  SYS_FLAG_POSITION,
   SYS_FLAG_TRANSACTION_MASK,
   TRANSACTION_COMMIT_TYPE,
   TRANSACTION_NOT_TYPE,
@@ -58,6 +61,7 @@ import { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import { TransientStorePool } from "../segment/transient_store_pool.ts";
 import { CommitRealTimeService } from "./commit_real_time_service.ts";
 import { END_OF_FILE_RESERVE_BYTES, FLUSH_STEP_BYTES_MAX, PREPARE_IDLE_MS } from "./constants.ts";
+import type { DispatchHints } from "./dispatch_hints.ts";
 import { FlushRealTimeService } from "./flush_real_time_service.ts";
 import { GroupCommitService } from "./group_commit_service.ts";
 import { AppendMessageResult, type PutMessageResult } from "./put_message_result.ts";
@@ -144,6 +148,13 @@ export interface CommitLogOptions {
    * @default {undefined}
    */
   onReadable?: () => void;
+  /**
+   * Receives a dispatch hint for each record appended (see
+   * {@link DispatchHints}); none when undefined.
+   *
+   * @default {undefined}
+   */
+  dispatchHints?: DispatchHints;
 }
 
 /** A put waiting in the slow path, its records already encoded. */
@@ -195,8 +206,23 @@ async function syncFile(port: RuntimePort, path: string): Promise<void> {
   }
 }
 
+/** The sysFlag of the record at `bytes[position]`. */
+function sysFlagAt(bytes: Uint8Array, position: number): number {
+  const at = position + SYS_FLAG_POSITION;
+  return (bytes[at]! << 24) | (bytes[at + 1]! << 16) | (bytes[at + 2]! << 8) | bytes[at + 3]!;
+}
+
 function typeName(value: unknown): string {
   return value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
+}
+
+/** Writes the magic code of the record at `bytes[position]`. */
+function writeMagic(bytes: Uint8Array, position: number, magic: number): void {
+  const at = position + MAGIC_POSITION;
+  bytes[at] = magic >>> 24;
+  bytes[at + 1] = magic >>> 16;
+  bytes[at + 2] = magic >>> 8;
+  bytes[at + 3] = magic;
 }
 
 /**
@@ -225,6 +251,8 @@ export class CommitLog {
   #pool: TransientStorePool | undefined;
   #allocator: AllocateMappedFileService | undefined;
   #encoder: MessageEncoder;
+  /** Where appended records are described for the dispatcher. */
+  #hints: DispatchHints | undefined;
   /** Where records are encoded when they cannot go straight into a segment. */
   #scratch: Uint8Array;
   /** Largest record (and batch) in bytes. */
@@ -270,6 +298,10 @@ export class CommitLog {
   #curTopic = "";
   #curQueueId = 0;
   #curBatchOffsets: number[] | undefined;
+  /** The batch being encoded straight into a segment (see {@link #putBatch}). */
+  #curBatch: readonly MessageInput[] | undefined;
+  /** Whether the batch last encoded waits for the flush (no member says WAIT=false). */
+  #batchWait = false;
   #curError: MqStoreError | undefined;
   /** Outputs of the last append. */
   #lastAppendOffset = 0;
@@ -358,6 +390,7 @@ export class CommitLog {
     this.#wakeFlusherBytes = Math.min(options.unflushedBytesMax / 2, FLUSH_STEP_BYTES_MAX);
     this.#recordMax = options.maxMessageSize;
     this.#directMin = this.#recordMax + END_OF_FILE_RESERVE_BYTES;
+    this.#hints = options.dispatchHints;
     this.#encoder = new MessageEncoder({
       maxMessageSizeBytes: options.maxMessageSize,
       // The put's own start time: one clock read per put (Date.now costs
@@ -895,12 +928,19 @@ export class CommitLog {
         }
         const error = this.#curError as MqStoreError | undefined;
         if (error !== undefined) return this.#answerFailure(statusOf(error), error);
+        // Appended: its hint may be dispatched.
+        this.#hints?.commit(1);
         return this.#afterAppend(input.storeHost, wait, startMs);
       }
     }
     // Near the segment end, or queued: encode into the scratch first.
     const size = this.#encoder.encode(input, this.#scratch, 0);
     if (typeof size !== "number") return this.#answerFailure(statusOf(size), size);
+    const hints = this.#hints;
+    if (hints !== undefined) {
+      hints.beginStage();
+      hints.stage(input.topic, input.queueId, this.#encoder.lastTail);
+    }
     const tooBig = this.#checkFits(size);
     if (tooBig !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", tooBig);
     return this.#appendEncoded(
@@ -935,53 +975,119 @@ export class CommitLog {
         new MqStoreError("MESSAGE_ILLEGAL", "A batch must hold at least one message"),
       );
     }
-    let wait = this.#sync;
-    let position = 0;
-    for (let i = 0; i < messages.length; i++) {
-      const message = messages[i]!;
-      const illegal = this.#checkBatchMember(message, first, i);
-      if (illegal !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", illegal);
-      const properties = message.properties;
-      if (
-        wait && properties !== undefined && properties !== null &&
-        propertyOf(properties, PROPERTY_WAIT) === "false"
-      ) {
-        wait = false;
-      }
-      // The first message's sysFlag, bornTimestamp (the put's start when it
-      // has none), hosts and reconsumeTimes are every record's: read from
-      // it, not from a merged copy of each message (a spread per message
-      // cost Node more than the encoding).
-      const size = this.#encoder.encode(message, this.#scratch, position, first);
-      if (typeof size !== "number") {
-        return this.#answerFailure(
-          statusOf(size),
-          new MqStoreError(size.code, `Message ${i} of the batch: ${size.message}`),
-        );
-      }
-      position += size;
-      if (position > this.#recordMax) {
-        return this.#answerFailure(
-          "MESSAGE_ILLEGAL",
-          new MqStoreError(
-            "MESSAGE_ILLEGAL",
-            `The batch is over ${position} bytes at message ${i}, maxMessageSize is ${this.#recordMax} bytes`,
-          ),
-        );
+    if (
+      this.#pendingHead === this.#pending.length && this.#warming === undefined &&
+      !this.#backlogged()
+    ) {
+      const file = this.queue.lastFile;
+      if (file !== undefined && !file.isFull && file.writableBytes >= this.#directMin) {
+        // Far from the segment end any valid batch fits: encode it in
+        // place, saving a copy of every byte through the scratch.
+        this.#curBatch = messages;
+        this.#curCount = messages.length;
+        this.#curAdvances = true;
+        this.#curNowMs = startMs;
+        this.#curError = undefined;
+        try {
+          file.append(this.#appendBound);
+        } finally {
+          this.#curBatch = undefined;
+        }
+        const error = this.#curError as MqStoreError | undefined;
+        if (error !== undefined) return this.#answerFailure(statusOf(error), error);
+        // Appended: its hints may be dispatched.
+        this.#hints?.commit(messages.length);
+        return this.#afterAppend(first.storeHost, this.#batchWait, startMs);
       }
     }
-    const tooBig = this.#checkFits(position);
+    // Near the segment end, or queued: encode into the scratch first.
+    const size = this.#encodeBatch(messages, this.#scratch, 0, this.#recordMax);
+    if (typeof size !== "number") return this.#answerFailure(statusOf(size), size);
+    const tooBig = this.#checkFits(size);
     if (tooBig !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", tooBig);
     return this.#appendEncoded(
-      position,
+      size,
       messages.length,
       first.topic,
       first.queueId,
       true,
       first.storeHost,
-      wait,
+      this.#batchWait,
       startMs,
     );
+  }
+
+  /**
+   * Checks the members of a batch and encodes them one after the other
+   * from `bytes[start]`, staging a dispatch hint for each, and sets
+   * {@link #batchWait}. The batch may use `bytes[start, end)`: a batch
+   * that would cross `end` is over maxMessageSize.
+   *
+   * Until every member is encoded the first record's magic code stays 0,
+   * so that a crash in between leaves nothing a recovery could take for a
+   * record (when `bytes` is a mapped segment); a refused batch zeroes what
+   * it wrote, leaving the bytes as they were (a segment's unwritten tail
+   * is zeros).
+   *
+   * @returns The batch's size in bytes, or why it is refused.
+   */
+  #encodeBatch(
+    messages: readonly MessageInput[],
+    bytes: Uint8Array,
+    start: number,
+    end: number,
+  ): number | MqStoreError {
+    const first = messages[0]!;
+    const encoder = this.#encoder;
+    const hints = this.#hints;
+    hints?.beginStage();
+    let wait = this.#sync;
+    let position = start;
+    let error: MqStoreError | undefined;
+    let encoded = false;
+    try {
+      for (let i = 0; i < messages.length; i++) {
+        const message = messages[i]!;
+        error = this.#checkBatchMember(message, first, i);
+        if (error !== undefined) break;
+        const properties = message.properties;
+        if (
+          wait && properties !== undefined && properties !== null &&
+          propertyOf(properties, PROPERTY_WAIT) === "false"
+        ) {
+          wait = false;
+        }
+        // The first message's sysFlag, bornTimestamp (the put's start when it
+        // has none), hosts and reconsumeTimes are every record's: read from
+        // it, not from a merged copy of each message (a spread per message
+        // cost Node more than the encoding).
+        const size = encoder.encodeBefore(message, bytes, position, end, first);
+        if (typeof size !== "number") {
+          error = new MqStoreError(size.code, `Message ${i} of the batch: ${size.message}`);
+          break;
+        }
+        if (position + size > end) {
+          error = new MqStoreError(
+            "MESSAGE_ILLEGAL",
+            `The batch is over ${
+              position + size - start
+            } bytes at message ${i}, maxMessageSize is ${this.#recordMax} bytes`,
+          );
+          break;
+        }
+        if (i === 0) writeMagic(bytes, start, 0);
+        position += size;
+        hints?.stage(message.topic, message.queueId, encoder.lastTail);
+      }
+      encoded = error === undefined;
+    } finally {
+      // Refused, or a member of the wrong type threw: undo what was written.
+      if (!encoded) bytes.fill(0, start, position);
+    }
+    if (error !== undefined) return error;
+    writeMagic(bytes, start, MESSAGE_MAGIC_CODE);
+    this.#batchWait = wait;
+    return position - start;
   }
 
   #checkBatchMember(
@@ -1093,6 +1199,9 @@ export class CommitLog {
     this.#curAdvances = advances;
     this.#curNowMs = nowMs;
     file.append(this.#appendBound);
+    // Only records encoded into the scratch were staged (a queued put's
+    // copy is appended long after, and described by no hint).
+    if (source === this.#scratch) this.#hints?.commit(count);
     this.#curSource = this.#scratch;
   }
 
@@ -1105,7 +1214,11 @@ export class CommitLog {
     let topic: string;
     let queueId: number;
     const input = this.#curInput;
+    const hints = this.#hints;
+    // Whether the records appended now were staged (see DispatchHints).
+    let hinted = false;
     if (input !== undefined) {
+      hints?.beginStage();
       const encoded = this.#encoder.encode(input, bytes, index);
       if (typeof encoded !== "number") {
         this.#curError = encoded;
@@ -1116,12 +1229,32 @@ export class CommitLog {
       size = encoded;
       topic = input.topic;
       queueId = input.queueId;
+      if (hints !== undefined) {
+        hints.stage(topic, queueId, this.#encoder.lastTail);
+        hinted = true;
+      }
+    } else if (this.#curBatch !== undefined) {
+      // A batch encoded in place (#putBatch checked the room for any batch).
+      const batch = this.#curBatch;
+      const encoded = this.#encodeBatch(batch, bytes, index, index + this.#recordMax);
+      if (typeof encoded !== "number") {
+        this.#curError = encoded;
+        outcome.wroteBytes = 0;
+        outcome.storeTimestampMs = this.queue.lastFile?.storeTimestampMs ?? 0;
+        return outcome;
+      }
+      size = encoded;
+      topic = batch[0]!.topic;
+      queueId = batch[0]!.queueId;
+      hinted = hints !== undefined;
     } else {
       size = this.#curSize;
       const source = this.#curSource;
       bytes.set(size === source.length ? source : source.subarray(0, size), index);
       topic = this.#curTopic;
       queueId = this.#curQueueId;
+      hinted = hints !== undefined && source === this.#scratch &&
+        hints.stagedCount === this.#curCount;
     }
     // Checked with an if: assert()'s message would be built on every put.
     if (size + END_OF_FILE_RESERVE_BYTES > target.remainingBytes) {
@@ -1134,14 +1267,18 @@ export class CommitLog {
     const offset = target.fileOffset;
     const count = this.#curCount;
     let queueOffset = 0;
+    let counter: QueueCounter | undefined;
     if (this.#curAdvances) {
-      const counter: QueueCounter = this.topicQueueTable.counter(topic, queueId);
+      counter = this.topicQueueTable.counter(topic, queueId);
       queueOffset = counter.next;
       counter.next = queueOffset + count;
     }
     if (count === 1) {
       patchRecord(bytes, index, queueOffset, offset, nowMs);
       this.#curBatchOffsets = undefined;
+      if (hinted) {
+        hints!.publish(0, offset, size, queueOffset, nowMs, sysFlagAt(bytes, index), counter);
+      }
     } else {
       const offsets: number[] = [];
       let position = index;
@@ -1150,6 +1287,17 @@ export class CommitLog {
           (bytes[position + 2]! << 8) | bytes[position + 3]!;
         offsets.push(offset + position - index);
         patchRecord(bytes, position, queueOffset + i, offset + position - index, nowMs);
+        if (hinted) {
+          hints!.publish(
+            i,
+            offset + position - index,
+            recordSize,
+            queueOffset + i,
+            nowMs,
+            sysFlagAt(bytes, position),
+            counter,
+          );
+        }
         position += recordSize;
       }
       if (position !== index + size) assert(false, `batch records add up to ${size} bytes`);

@@ -20,6 +20,12 @@ const DENSE_QUEUE_IDS = 0x40;
 export interface QueueCounter {
   /** Queue offset the next message of this queue gets. */
   next: number;
+  /**
+   * What the dispatcher keeps for this queue (its consume queue), so that
+   * a record dispatched from a dispatch hint, which points here, needs no
+   * lookup by topic and queue id. Opaque to the commit log.
+   */
+  dispatchCache: object | undefined;
 }
 
 /**
@@ -54,7 +60,7 @@ export class TopicQueueTable {
     const queues = this.#lastQueues!;
     let counter = queues.get(queueId);
     if (counter === undefined) {
-      counter = { next: 0 };
+      counter = { next: 0, dispatchCache: undefined };
       queues.set(queueId, counter);
     }
     if (queueId < DENSE_QUEUE_IDS) this.#lastDense[queueId] = counter;

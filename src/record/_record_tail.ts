@@ -29,7 +29,7 @@ import {
   TOPIC_LENGTH_MAX_BYTES,
   TOPIC_LENGTH_SIZE_BYTES,
 } from "./constants.ts";
-import { type PropertiesInput, writePair } from "./properties.ts";
+import { type PropertiesInput, writePairName, writePairValue } from "./properties.ts";
 
 /** One past the topic's last byte (room for the longest topic and its length byte). */
 const TOPIC_END = TOPIC_LENGTH_SIZE_BYTES + TOPIC_LENGTH_MAX_BYTES;
@@ -72,10 +72,37 @@ export class RecordTail {
   readonly #values: string[] = [];
   /** Position after each of those pairs' value (the first {@link #valid}). */
   readonly #ends: number[] = [];
+  /** Position of each of those pairs' value, after its `0x01` (the first {@link #valid}). */
+  readonly #valueStarts: number[] = [];
   /** Leading pairs whose bytes are in place and recorded. */
   #valid = 0;
   /** During {@link setProperties}: leading pairs found unchanged so far. */
   #same = 0;
+  /** Pairs of the properties last set. */
+  #count = 0;
+
+  /**
+   * Pairs of the properties last set (the dispatch hints read them with
+   * {@link pairName} and {@link pairValue} instead of the record bytes).
+   */
+  get pairCount(): number {
+    return this.#count;
+  }
+
+  /** Whether every pair of the properties last set is recorded (at most CACHED_PAIRS_MAX). */
+  get pairsKnown(): boolean {
+    return this.#valid >= this.#count;
+  }
+
+  /** Name of pair `i` of the properties last set (`i` below pairCount, pairsKnown). */
+  pairName(i: number): string {
+    return this.#names[i]!;
+  }
+
+  /** Value of pair `i` of the properties last set (`i` below pairCount, pairsKnown). */
+  pairValue(i: number): string {
+    return this.#values[i]!;
+  }
 
   /** First byte of the tail in {@link bytes}. */
   get start(): number {
@@ -117,6 +144,7 @@ export class RecordTail {
   setProperties(input: PropertiesInput | undefined): number {
     let p = PROPERTIES_START;
     this.#same = 0;
+    this.#count = 0;
     if (input === undefined) {
       // Nothing written: the bytes of the last pairs stay for the next message.
     } else if (Array.isArray(input)) {
@@ -158,33 +186,56 @@ export class RecordTail {
 
   /**
    * Pair `i` at `p`: skipped when it and every pair before it are unchanged,
-   * else written (with its leading separator) and recorded.
+   * else written (with its leading separator) and recorded. A pair in
+   * place (every pair before it unchanged, or rewritten to the same
+   * length) with the same name gets only its value written: in a batch
+   * the pairs' names repeat and their values change. When its bytes then
+   * end where they ended before, the recorded pairs after it stay in place
+   * too (a fixed-width UNIQ_KEY before TAGS, say).
    */
   #pair(i: number, name: unknown, value: unknown, p: number): number {
+    this.#count = i + 1;
     const names = this.#names;
     const values = this.#values;
-    if (i === this.#same && i < this.#valid && name === names[i] && value === values[i]) {
+    const valid = this.#valid;
+    const inPlace = i === this.#same && i < valid;
+    if (inPlace && name === names[i] && value === values[i]) {
       this.#same = i + 1;
       return this.#ends[i]!;
     }
     // From here on the bytes change: later records no longer describe them.
-    if (this.#valid > i) this.#valid = i;
+    if (valid > i) this.#valid = i;
     const into = this.bytes;
-    if (i > 0) {
-      if (p < into.length) into[p] = PROPERTY_SEPARATOR;
-      p++;
+    let valueStart: number;
+    if (inPlace && name === names[i]) {
+      // The separator, the name and its 0x01 are in place.
+      valueStart = this.#valueStarts[i]!;
+      p = writePairValue(name as string, value, into, valueStart);
+    } else {
+      if (i > 0) {
+        if (p < into.length) into[p] = PROPERTY_SEPARATOR;
+        p++;
+      }
+      valueStart = writePairName(name, value, into, p);
+      p = valueStart < 0 ? valueStart : writePairValue(name as string, value, into, valueStart);
     }
-    p = writePair(name, value, into, p);
     if (p < 0) return p;
     if (
       i === this.#valid && i < CACHED_PAIRS_MAX &&
       p - PROPERTIES_START <= PROPERTIES_LENGTH_MAX_BYTES
     ) {
-      // writePair checked both are strings.
+      // writePairName checked both are strings.
       names[i] = name as string;
       values[i] = value as string;
-      this.#ends[i] = p;
-      this.#valid = i + 1;
+      this.#valueStarts[i] = valueStart;
+      if (inPlace && p === this.#ends[i]) {
+        // Same length: the recorded pairs after it are where they were.
+        this.#valid = valid;
+        this.#same = i + 1;
+      } else {
+        this.#ends[i] = p;
+        this.#valid = i + 1;
+      }
     }
     return p;
   }

@@ -133,12 +133,38 @@ export function scheduleTagsCode(
   delayLevelsMs: readonly number[] = DELAY_LEVELS_DEFAULT_MS,
 ): number {
   if (delay === undefined) return tagsCode;
+  const delayMs = scheduleDelayMsOf(delay, delayLevelsMs);
+  return delayMs < 0 ? tagsCode : storeTimestamp + delayMs;
+}
+
+/**
+ * The delay a DELAY value gives a schedule-topic record: that of level
+ * `min(L, max)` for a level L > 0, or -1 when the value is no level
+ * (the record keeps its TAGS hash). The put path's dispatch hints compute
+ * it before the storeTimestamp is known.
+ *
+ * @example
+ * ```ts
+ * import { scheduleDelayMsOf } from "./dispatch.ts";
+ *
+ * scheduleDelayMsOf("3"); // 10000
+ * scheduleDelayMsOf("0"); // -1
+ * ```
+ *
+ * @param delay The DELAY property.
+ * @param delayLevelsMs Delay of each level, in ms (level L at index L-1).
+ * @returns The delay in ms, or -1.
+ */
+export function scheduleDelayMsOf(
+  delay: string,
+  delayLevelsMs: readonly number[] = DELAY_LEVELS_DEFAULT_MS,
+): number {
   const parsed = parseJavaInt(delay);
-  if (parsed === undefined) return tagsCode;
+  if (parsed === undefined) return -1;
   const level = Math.min(parsed, delayLevelsMs.length);
-  if (level <= 0) return tagsCode;
+  if (level <= 0) return -1;
   // RocketMQ adds 1 s for a level missing from its table.
-  return storeTimestamp + (delayLevelsMs[level - 1] ?? 1_000);
+  return delayLevelsMs[level - 1] ?? 1_000;
 }
 
 /**

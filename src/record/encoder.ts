@@ -44,6 +44,7 @@ import {
 import { bodyCrc } from "./crc32.ts";
 import type { HostAddress } from "./host_address.ts";
 import type { MessageInput } from "./message.ts";
+import type { RecordTail } from "./_record_tail.ts";
 import {
   checkMessage,
   createLayout,
@@ -127,6 +128,15 @@ export class MessageEncoder {
     this.#now = options.now ?? Date.now;
   }
 
+  /**
+   * The topic and property pairs of the message encoded last (valid until
+   * the next call): the commit log's dispatch hints read TAGS, KEYS,
+   * UNIQ_KEY and DELAY from them instead of from the record.
+   */
+  get lastTail(): RecordTail {
+    return this.#layout.tail;
+  }
+
   /** The largest body and record this encoder accepts, in bytes. */
   get maxMessageSizeBytes(): number {
     return this.#options.maxMessageSizeBytes;
@@ -165,15 +175,50 @@ export class MessageEncoder {
     position: number,
     header: MessageInput = message,
   ): number | MqStoreError {
-    const layout = this.#layout;
-    const error = checkMessage(message, this.#options, layout, header);
-    if (error !== undefined) return error;
-    const size = layout.recordSize;
-    if (!(Number.isSafeInteger(position) && position >= 0 && position + size <= bytes.length)) {
+    const size = this.encodeBefore(message, bytes, position, bytes.length, header);
+    if (typeof size === "number" && position + size > bytes.length) {
       throw new RangeError(
         `Cannot encode a ${size}-byte record at position ${position} of a ${bytes.length}-byte buffer`,
       );
     }
+    return size;
+  }
+
+  /**
+   * {@link encode}, bounded: the record is written only when it ends at or
+   * before `end`; a valid record that would cross it is measured, not
+   * written. A batch is encoded this way straight into a segment, where
+   * only the room for the largest batch is known to be free.
+   *
+   * @param message The message.
+   * @param bytes The destination.
+   * @param position First byte to write.
+   * @param end One past the last byte the record may use (at most
+   * `bytes.length`).
+   * @param header Where the shared header fields come from (see
+   * {@link encode}).
+   * @returns The record size in bytes (written only if `position + size
+   * <= end`), or the validation error (nothing written).
+   * @throws {TypeError} For wrong argument types.
+   * @throws {RangeError} For a position or end outside `bytes`.
+   */
+  encodeBefore(
+    message: MessageInput,
+    bytes: Uint8Array,
+    position: number,
+    end: number,
+    header: MessageInput = message,
+  ): number | MqStoreError {
+    const layout = this.#layout;
+    const error = checkMessage(message, this.#options, layout, header);
+    if (error !== undefined) return error;
+    const size = layout.recordSize;
+    if (!(Number.isSafeInteger(position) && position >= 0 && end <= bytes.length)) {
+      throw new RangeError(
+        `Cannot encode at position ${position} before ${end} in a ${bytes.length}-byte buffer`,
+      );
+    }
+    if (position + size > end) return size;
     const body = message.body;
     const bodyBytes = body.length;
     const p = position;

@@ -136,6 +136,27 @@ export function writePair(
   into: Uint8Array,
   position: number,
 ): number {
+  const valueStart = writePairName(name, value, into, position);
+  return valueStart < 0 ? valueStart : writePairValue(name as string, value, into, valueStart);
+}
+
+/**
+ * The first half of {@link writePair}: checks both types, writes the name
+ * and its `0x01` at `position`, and returns where the value starts, or a
+ * negative code (internal: for the encoder's properties cache).
+ *
+ * @param name The name (a `TypeError` unless a string).
+ * @param value The value (a `TypeError` unless a string; not written).
+ * @param into The destination; bytes past its end are counted, not written.
+ * @param position Where the pair starts.
+ * @returns The position of the value, or a negative code.
+ */
+export function writePairName(
+  name: unknown,
+  value: unknown,
+  into: Uint8Array,
+  position: number,
+): number {
   if (typeof name !== "string") {
     throw new TypeError(`Property names must be strings, not ${typeof name}`);
   }
@@ -143,10 +164,34 @@ export function writePair(
     throw new TypeError(`Property "${name}" must have a string value, not ${typeof value}`);
   }
   if (name.length === 0) return EMPTY_NAME;
-  let p = writeString(name, into, position);
+  const p = writeString(name, into, position);
   if (p < 0) return p === HAS_SEPARATOR ? SEPARATOR_IN_NAME : LONE_SURROGATE;
   if (p < into.length) into[p] = NAME_VALUE_SEPARATOR;
-  p = writeString(value, into, p + 1);
+  return p + 1;
+}
+
+/**
+ * Writes the value of a pair at `position` (after its name and `0x01`,
+ * already in place) and returns the position after it, or a negative code
+ * (internal: for the encoder's properties cache, which rewrites only the
+ * value when the name is unchanged).
+ *
+ * @param name The pair's name, for the error message.
+ * @param value The value (a `TypeError` unless a string).
+ * @param into The destination; bytes past its end are counted, not written.
+ * @param position Where the value starts.
+ * @returns The position after the value, or a negative code.
+ */
+export function writePairValue(
+  name: string,
+  value: unknown,
+  into: Uint8Array,
+  position: number,
+): number {
+  if (typeof value !== "string") {
+    throw new TypeError(`Property "${name}" must have a string value, not ${typeof value}`);
+  }
+  const p = writeString(value, into, position);
   if (p < 0) return p === HAS_SEPARATOR ? SEPARATOR_IN_VALUE : LONE_SURROGATE;
   return p;
 }

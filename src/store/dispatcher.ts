@@ -28,6 +28,13 @@
  * - the background loop (and {@link Dispatcher.dispatchUpTo}), which does
  *   everything the synchronous slice leaves, awaiting the I/O.
  *
+ * A record the put path described (a dispatch hint: offset, size, queue
+ * offset, tagsCode, key hashes; see `DispatchHints`) is dispatched from
+ * its hint when the hint's offset is the dispatched offset and its size
+ * and the record's magic agree; every other record is decoded
+ * (`DispatchView`): re-dispatch at open, a BLANK, a queued put, a full
+ * hint ring. Both write the same bytes (tests/message_store_dispatch_hints_test.ts).
+ *
  * Re-dispatching a record is harmless: the consume queue skips a unit it
  * has, and records at or below `indexSkipThrough` are not indexed again.
  * A record that the range read ends in the middle of (the limit is a
@@ -38,10 +45,18 @@
  */
 
 import { assert } from "../assert.ts";
+import { type DispatchHints, HINT_KEYS_MAX } from "../commit_log/dispatch_hints.ts";
 import { MqStoreError } from "../errors.ts";
-import { DispatchView, hasConsumeQueueEntry, RecordChecker } from "../record/mod.ts";
+import {
+  DispatchView,
+  hasConsumeQueueEntry,
+  MAGIC_POSITION,
+  MESSAGE_MAGIC_CODE,
+  RecordChecker,
+} from "../record/mod.ts";
 import type { MappedFile } from "../segment/mapped_file.ts";
 import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
+import type { ConsumeQueue } from "./consume_queue.ts";
 import type { ConsumeQueueTable } from "./consume_queue_table.ts";
 import type { IndexService } from "./index_service.ts";
 
@@ -71,6 +86,13 @@ export interface DispatcherOptions {
    * (at least the largest record).
    */
   windowBytes: number;
+  /**
+   * What the put path says of the records it appended: a record whose
+   * hint is there is dispatched from it, without decoding it.
+   *
+   * @default {undefined}
+   */
+  hints?: DispatchHints;
   /** Called after each run of dispatched records (subscribers wake). */
   onDispatched?: (dispatchedOffset: number) => void;
   /** Receives the error that stopped the dispatcher. */
@@ -114,6 +136,8 @@ interface PendingRecord {
   tagsCode: number;
   /** Java hashes of its `topic#key`s (empty when not indexed). */
   keyHashes: Int32Array;
+  /** Whether it came from a dispatch hint (counted as such). */
+  hinted: boolean;
 }
 
 /**
@@ -159,6 +183,13 @@ export class Dispatcher {
   #bytesFile: MappedFile | undefined;
   /** All of the mapping of {@link Dispatcher.#bytesFile}. */
   #bytes: Uint8Array | undefined;
+  /** The put path's descriptions of the records it appended. */
+  #hints: DispatchHints | undefined;
+  /** The key hashes of the hinted record being dispatched. */
+  #hintKeys = new Int32Array(HINT_KEYS_MAX);
+  /** Records dispatched from a hint, and decoded (tests, stats). */
+  #hintedCount = 0;
+  #decodedCount = 0;
 
   /** @param options The commit log, its limit, the queues and the index. */
   constructor(options: DispatcherOptions) {
@@ -168,6 +199,17 @@ export class Dispatcher {
     this.#dispatched = options.fromOffset;
     this.#indexSkipThrough = options.indexSkipThrough ?? -1;
     this.#view = new DispatchView({ delayLevelsMs: options.delayLevelsMs });
+    this.#hints = options.hints;
+  }
+
+  /** Records dispatched from a dispatch hint so far. */
+  get hintedRecordCount(): number {
+    return this.#hintedCount;
+  }
+
+  /** MESSAGE records dispatched by decoding them so far. */
+  get decodedRecordCount(): number {
+    return this.#decodedCount;
   }
 
   /** Offset of the next record to dispatch: everything before it is in the queues. */
@@ -460,15 +502,44 @@ export class Dispatcher {
     this.#walkedRecords = 0;
     const lean = this.#view;
     const indexed = this.#options.index !== undefined;
+    const hints = this.#hints;
     for (; this.#walkedRecords < maxRecords; this.#walkedRecords++) {
       if (at >= length) return WALK_RANGE_END;
       const recordOffset = rangeOffset + at;
+      if (hints !== undefined && hints.length > 0) {
+        const slot = hints.find(recordOffset);
+        // The hint, checked against the record's header: its size and
+        // magic (a put that failed after the hint was staged never
+        // committed it, so this is belt and braces).
+        if (slot >= 0) {
+          const size = hints.sizes[slot]!;
+          if (
+            at + size <= length && int32At(bytes, at) === size &&
+            int32At(bytes, at + MAGIC_POSITION) === MESSAGE_MAGIC_CODE
+          ) {
+            if (!this.#dispatchHintNow(hints, slot, recordOffset, size)) {
+              const withKeys = indexed && recordOffset > this.#indexSkipThrough;
+              // The hint stays: a slice drops its pending record, and the
+              // loop walks to it again.
+              this.#pending = pendingOfHint(hints, slot, recordOffset, size, withKeys);
+              return WALK_IO;
+            }
+            hints.consume();
+            this.#hintedCount++;
+            at += size;
+            this.#dispatched = rangeOffset + at;
+            this.#lastTimestamp = hints.storeTimestamps[slot]!;
+            continue;
+          }
+        }
+      }
       const withKeys = indexed && recordOffset > this.#indexSkipThrough;
       if (lean.load(bytes, at, recordOffset, withKeys, length)) {
         if (!this.#dispatchViewNow(lean)) {
           this.#pending = pendingOf(lean);
           return WALK_IO;
         }
+        this.#decodedCount++;
         at += lean.size;
         this.#dispatched = rangeOffset + at;
         this.#lastTimestamp = lean.storeTimestamp;
@@ -540,6 +611,39 @@ export class Dispatcher {
     return true;
   }
 
+  /**
+   * {@link Dispatcher.#dispatchViewNow} for the record at `offset`
+   * described by hint `slot`.
+   */
+  #dispatchHintNow(hints: DispatchHints, slot: number, offset: number, size: number): boolean {
+    const options = this.#options;
+    if (hasConsumeQueueEntry(hints.transactionTypes[slot]!)) {
+      const counter = hints.counters[slot]!;
+      let cq = counter.dispatchCache as ConsumeQueue | undefined;
+      if (cq === undefined) {
+        const topic = hints.topics[slot]!;
+        const queueId = hints.queueIds[slot]!;
+        // A new queue (its first unit) takes units in memory while its
+        // file is created off this path.
+        cq = options.consumeQueues.find(topic, queueId) ??
+          (hints.queueOffsets[slot] === 0
+            ? options.consumeQueues.findOrCreateNow(topic, queueId)
+            : undefined);
+        if (cq === undefined) return false;
+        counter.dispatchCache = cq;
+      }
+      const put = cq.putUnitNow(offset, size, hints.tagsCodes[slot]!, hints.queueOffsets[slot]!);
+      if (put === undefined) return false;
+    }
+    const index = options.index;
+    const keyCount = hints.keyCounts[slot]!;
+    if (index === undefined || keyCount <= 0 || offset <= this.#indexSkipThrough) return true;
+    const keys = this.#hintKeys;
+    const base = slot * HINT_KEYS_MAX;
+    for (let i = 0; i < keyCount; i++) keys[i] = hints.keyHashes[base + i]!;
+    return index.buildIndexHashesNow(keys, keyCount, offset, hints.storeTimestamps[slot]!);
+  }
+
   /** Dispatches {@link Dispatcher.#pending}, awaiting its I/O, and moves past it. */
   async #dispatchPending(): Promise<void> {
     const record = this.#pending;
@@ -561,6 +665,13 @@ export class Dispatcher {
     }
     this.#lastTimestamp = record.storeTimestamp;
     this.#dispatched = record.offset + record.size;
+    if (record.hinted) {
+      const hints = this.#hints!;
+      if (hints.find(record.offset) >= 0) hints.consume();
+      this.#hintedCount++;
+    } else {
+      this.#decodedCount++;
+    }
   }
 }
 
@@ -576,6 +687,36 @@ function pendingOf(view: DispatchView): PendingRecord {
     storeTimestamp: view.storeTimestamp,
     tagsCode: view.tagsCode,
     keyHashes: view.keyHashes.slice(0, view.keyCount),
+    hinted: false,
+  };
+}
+
+/** The int32 at `bytes[at]` (big-endian). */
+function int32At(bytes: Uint8Array, at: number): number {
+  return (bytes[at]! << 24) | (bytes[at + 1]! << 16) | (bytes[at + 2]! << 8) | bytes[at + 3]!;
+}
+
+/** What hint `slot` says of the record at `offset`, to dispatch after I/O. */
+function pendingOfHint(
+  hints: DispatchHints,
+  slot: number,
+  offset: number,
+  size: number,
+  withKeys: boolean,
+): PendingRecord {
+  const keyCount = withKeys ? Math.max(0, hints.keyCounts[slot]!) : 0;
+  const base = slot * HINT_KEYS_MAX;
+  return {
+    offset,
+    size,
+    topic: hints.topics[slot]!,
+    queueId: hints.queueIds[slot]!,
+    queueOffset: hints.queueOffsets[slot]!,
+    sysFlag: hints.transactionTypes[slot]!,
+    storeTimestamp: hints.storeTimestamps[slot]!,
+    tagsCode: hints.tagsCodes[slot]!,
+    keyHashes: hints.keyHashes.slice(base, base + keyCount),
+    hinted: true,
   };
 }
 

@@ -23,6 +23,7 @@
 import { CommitLog, type PutAnswer } from "../commit_log/commit_log.ts";
 import type { PutMessageResult } from "../commit_log/put_message_result.ts";
 import { StoreCheckpoint } from "../commit_log/store_checkpoint.ts";
+import { DispatchHints } from "../commit_log/dispatch_hints.ts";
 import { StoreStats, type StoreStatsSnapshot } from "../commit_log/store_stats.ts";
 import { totalmem } from "node:os";
 import { MqStoreError } from "../errors.ts";
@@ -384,6 +385,12 @@ export class MessageStore {
       // Set once built: a commit that makes write-buffer bytes readable
       // wakes the dispatcher (transient store pool, no mmap).
       let follower: Dispatcher | undefined;
+      // The put path describes each record it appends, so that the
+      // dispatcher need not decode it (re-dispatch at open decodes).
+      const hints = readOnly ? undefined : new DispatchHints({
+        withKeys: resolved.messageIndexEnable,
+        delayLevelsMs: resolved.delayLevelsMs,
+      });
       commitLog = new CommitLog({
         ...resolved,
         port,
@@ -392,6 +399,7 @@ export class MessageStore {
         checkpoint,
         stats,
         onReadable: () => follower?.wakeup(),
+        dispatchHints: hints,
       });
       // For an mqstore store whose consume queues are there, the queue
       // offsets come from them (below, as RocketMQ; after a crash once
@@ -430,6 +438,7 @@ export class MessageStore {
           fromOffset,
           indexSkipThrough: start.indexSkipThrough,
           windowBytes: Math.max(DISPATCH_WINDOW_BYTES_MIN, recordBytesMax),
+          hints,
           onDispatched: () => {
             if (store !== undefined) store.#wakeDispatchWaiters();
           },

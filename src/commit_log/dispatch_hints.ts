@@ -1,0 +1,439 @@
+/**
+ * Dispatch hints: what the put path knows of each record it appends,
+ * handed to the dispatcher so that it need not decode the record again
+ * (the header, a properties scan, the key hashes: about half a
+ * microsecond a record).
+ *
+ * ```
+ * put:      encode ─► stage(topic, queueId, the encoder's pairs)   slots past the tail
+ *           append ─► publish(i, offset, size, queueOffset, ...)  fills in the placement
+ *           append returned ─► commit(count)                      tail += count
+ * dispatch: find(offset) ─► the slot, or -1 (none, a gap: decode) head moves on
+ *           consume()                                             head++
+ * ```
+ *
+ * A ring of struct-of-arrays slots (typed arrays and two arrays of
+ * references), from `head` (oldest, next for the dispatcher) to `tail`
+ * (next to publish). Slots past the tail hold what the put in progress
+ * staged: a put that fails, or an append that throws, never commits them,
+ * and the next put stages over them. Hints are a cache, never the truth:
+ * the dispatcher takes one only when its offset is the record it is at and
+ * its size and the record's header agree, and decodes every record that
+ * has none (a full ring, a BLANK, a queued put, a re-dispatch at open).
+ *
+ * This lives in the commit log (it fills the ring) and the store's
+ * dispatcher reads it: arrows point down.
+ *
+ * @module
+ */
+
+import { assert } from "../assert.ts";
+import {
+  DELAY_LEVELS_DEFAULT_MS,
+  PROPERTY_DELAY,
+  PROPERTY_KEYS,
+  PROPERTY_TAGS,
+  PROPERTY_UNIQ_KEY,
+  SCHEDULE_TOPIC,
+  SYS_FLAG_TRANSACTION_MASK,
+  TRANSACTION_ROLLBACK_TYPE,
+} from "../record/constants.ts";
+import { scheduleDelayMsOf } from "../record/dispatch.ts";
+import type { QueueCounter } from "./topic_queue_table.ts";
+
+/** The pairs of the message the encoder encoded last (its record tail). */
+export interface EncodedPairs {
+  /** Pairs of the properties. */
+  readonly pairCount: number;
+  /** Whether {@link pairName} and {@link pairValue} hold every pair. */
+  readonly pairsKnown: boolean;
+  /** Name of pair `i`. */
+  pairName(i: number): string;
+  /** Value of pair `i`. */
+  pairValue(i: number): string;
+}
+
+/** Options of {@link DispatchHints}. */
+export interface DispatchHintsOptions {
+  /**
+   * Most hints held (a power of two); past it new hints are dropped and
+   * the dispatcher decodes those records.
+   *
+   * @default {DISPATCH_HINTS_CAPACITY_DEFAULT}
+   */
+  capacity?: number;
+  /** Whether records are indexed (`messageIndexEnable`): key hashes are computed. */
+  withKeys: boolean;
+  /**
+   * Delay of each level, ms (the schedule topic's tagsCode).
+   *
+   * @default {DELAY_LEVELS_DEFAULT_MS}
+   */
+  delayLevelsMs?: readonly number[];
+}
+
+/**
+ * Default {@link DispatchHintsOptions.capacity}: under SYNC_FLUSH dispatch
+ * waits for a group's flush, and a group of up to 8 MiB of small records
+ * (128 B bodies: about 260 bytes a record) is about 32 k records.
+ */
+export const DISPATCH_HINTS_CAPACITY_DEFAULT = 0x1_0000;
+/** Slots allocated at first; the ring doubles up to its capacity as needed. */
+const INITIAL_SLOTS = 0x100;
+/** Key hashes a hint holds; a record with more is decoded. */
+export const HINT_KEYS_MAX = 0x8;
+/** `keyCounts` of a slot whose record must be decoded (too many keys, pairs unknown). */
+const NO_HINT = -1;
+/** The KEYS separator (a code unit: a space is one in UTF-16 and one byte in UTF-8). */
+const KEYS_SEPARATOR = 0x20;
+/** Code unit between topic and key in an index key (`topic#key`). */
+const INDEX_KEY_SEPARATOR = 0x23;
+
+assert(
+  (DISPATCH_HINTS_CAPACITY_DEFAULT & (DISPATCH_HINTS_CAPACITY_DEFAULT - 1)) === 0,
+  "a power of two",
+);
+assert(INITIAL_SLOTS <= DISPATCH_HINTS_CAPACITY_DEFAULT, "the ring starts below its capacity");
+
+/** Java's hash carried on from `hash` over `text[from, to)`'s code units. */
+function continueHash(hash: number, text: string, from: number, to: number): number {
+  for (let i = from; i < to; i++) hash = (Math.imul(hash, 31) + text.charCodeAt(i)) | 0;
+  return hash;
+}
+
+/**
+ * The ring of dispatch hints of one store: filled by the commit log's put
+ * path, read by the dispatcher. Fields of slot `s` are element `s` of each
+ * array (`keyHashes`: `s * HINT_KEYS_MAX` on).
+ *
+ * @example
+ * ```ts ignore
+ * const hints = new DispatchHints({ withKeys: true });
+ * hints.beginStage();
+ * hints.stage("Orders", 0, encoder.lastTail);          // after encode
+ * hints.publish(0, offset, size, queueOffset, nowMs, sysFlag, counter); // after patch
+ * hints.commit(1);                                     // after the append
+ * const slot = hints.find(offset);                     // the dispatcher
+ * if (slot >= 0) hints.consume();
+ * ```
+ */
+export class DispatchHints {
+  /** Record offset. */
+  offsets: Float64Array;
+  /** Record size (0: decode this record). */
+  sizes: Int32Array;
+  /** queueOffset field. */
+  queueOffsets: Float64Array;
+  /** storeTimestamp, ms. */
+  storeTimestamps: Float64Array;
+  /** The consume-queue tagsCode (staged: the TAGS hash). */
+  tagsCodes: Float64Array;
+  /** Staged only: the schedule topic's delay, ms (-1: none). */
+  delaysMs: Float64Array;
+  /** sysFlag's transaction bits. */
+  transactionTypes: Int32Array;
+  /** queueId field. */
+  queueIds: Int32Array;
+  /** Key hashes in `keyHashes` from `slot * HINT_KEYS_MAX` (0 when not indexed). */
+  keyCounts: Int32Array;
+  /** `javaHashCode(topic + "#" + key)` of each index key, `indexKeysOf` order. */
+  keyHashes: Int32Array;
+  /** The topic (the caller's string). */
+  topics: string[];
+  /** The queue's counter (its `dispatchCache` holds the consume queue); unset without a unit. */
+  counters: (QueueCounter | undefined)[];
+
+  readonly #capacity: number;
+  readonly #withKeys: boolean;
+  readonly #delayLevelsMs: readonly number[];
+  /** `slots - 1` (slots is a power of two). */
+  #mask: number;
+  /** Oldest hint (monotonic: slot = head & mask). */
+  #head = 0;
+  /** One past the newest committed hint. */
+  #tail = 0;
+  /** Records staged past the tail by the put in progress. */
+  #staged = 0;
+  /** A record of the put in progress found no slot: commit none of them. */
+  #stageFull = false;
+  /** Last topic staged, and the Java hash of `topic#`. */
+  #topic = "";
+  #prefixHash = 0;
+  /** Hints committed and hints dropped behind the dispatcher (tests, stats). */
+  #committedCount = 0;
+  #droppedCount = 0;
+
+  /** @param options Capacity, whether keys are hashed, delay levels. */
+  constructor(options: DispatchHintsOptions) {
+    const capacity = options.capacity ?? DISPATCH_HINTS_CAPACITY_DEFAULT;
+    if (!(Number.isSafeInteger(capacity) && capacity >= 1 && (capacity & (capacity - 1)) === 0)) {
+      throw new RangeError(`Dispatch hint capacity is ${capacity}; it must be a power of two`);
+    }
+    this.#capacity = capacity;
+    this.#withKeys = options.withKeys;
+    this.#delayLevelsMs = options.delayLevelsMs ?? DELAY_LEVELS_DEFAULT_MS;
+    const slots = Math.min(INITIAL_SLOTS, capacity);
+    this.#mask = slots - 1;
+    this.offsets = new Float64Array(slots);
+    this.sizes = new Int32Array(slots);
+    this.queueOffsets = new Float64Array(slots);
+    this.storeTimestamps = new Float64Array(slots);
+    this.tagsCodes = new Float64Array(slots);
+    this.delaysMs = new Float64Array(slots);
+    this.transactionTypes = new Int32Array(slots);
+    this.queueIds = new Int32Array(slots);
+    this.keyCounts = new Int32Array(slots);
+    this.keyHashes = new Int32Array(slots * HINT_KEYS_MAX);
+    this.topics = new Array<string>(slots).fill("");
+    this.counters = new Array<QueueCounter | undefined>(slots).fill(undefined);
+  }
+
+  /** Hints waiting for the dispatcher. */
+  get length(): number {
+    return this.#tail - this.#head;
+  }
+
+  /** Hints committed so far. */
+  get committedCount(): number {
+    return this.#committedCount;
+  }
+
+  /** Hints the dispatcher found behind it (the record was decoded instead). */
+  get droppedCount(): number {
+    return this.#droppedCount;
+  }
+
+  /** Records staged by the put in progress. */
+  get stagedCount(): number {
+    return this.#staged;
+  }
+
+  // -------------------------------------------------------------------
+  // The put path
+
+  /** Starts the records of one put: whatever was staged before is dropped. */
+  beginStage(): void {
+    this.#staged = 0;
+    this.#stageFull = false;
+  }
+
+  /**
+   * Stages the next record of the put in progress from the pairs the
+   * encoder just encoded for it: its TAGS hash, the schedule delay, its
+   * key hashes. The dispatcher would find the same in the record: the
+   * decoded map keeps a name's last non-empty value, the record's UTF-8
+   * decodes to the very strings (lone surrogates are refused).
+   *
+   * @param topic The record's topic (after a delay rewrite).
+   * @param queueId Its queue.
+   * @param pairs The encoder's pairs of this record.
+   */
+  stage(topic: string, queueId: number, pairs: EncodedPairs): void {
+    const index = this.#tail + this.#staged++;
+    if (this.#stageFull) return;
+    if (index - this.#head > this.#mask && !this.#grow()) {
+      this.#stageFull = true;
+      return;
+    }
+    const slot = index & this.#mask;
+    this.topics[slot] = topic;
+    this.queueIds[slot] = queueId;
+    if (!pairs.pairsKnown) {
+      this.keyCounts[slot] = NO_HINT;
+      return;
+    }
+    let tags: string | undefined;
+    let keys: string | undefined;
+    let uniqKey: string | undefined;
+    let delay: string | undefined;
+    const count = pairs.pairCount;
+    for (let i = 0; i < count; i++) {
+      const value = pairs.pairValue(i);
+      // The decoded map drops a pair with an empty value; a later one wins.
+      if (value.length === 0) continue;
+      const name = pairs.pairName(i);
+      if (name === PROPERTY_TAGS) tags = value;
+      else if (name === PROPERTY_KEYS) keys = value;
+      else if (name === PROPERTY_UNIQ_KEY) uniqKey = value;
+      else if (name === PROPERTY_DELAY) delay = value;
+    }
+    this.tagsCodes[slot] = tags === undefined ? 0 : continueHash(0, tags, 0, tags.length);
+    this.delaysMs[slot] = topic === SCHEDULE_TOPIC && delay !== undefined
+      ? scheduleDelayMsOf(delay, this.#delayLevelsMs)
+      : -1;
+    let keyCount = 0;
+    if (this.#withKeys && (uniqKey !== undefined || keys !== undefined)) {
+      if (topic !== this.#topic) {
+        this.#topic = topic;
+        this.#prefixHash = (Math.imul(continueHash(0, topic, 0, topic.length), 31) +
+          INDEX_KEY_SEPARATOR) | 0;
+      }
+      const prefix = this.#prefixHash;
+      const hashes = this.keyHashes;
+      const base = slot * HINT_KEYS_MAX;
+      if (uniqKey !== undefined) {
+        hashes[base + keyCount++] = continueHash(prefix, uniqKey, 0, uniqKey.length);
+      }
+      if (keys !== undefined) {
+        // Non-empty tokens between single spaces, as indexKeysOf.
+        let from = 0;
+        const length = keys.length;
+        for (let i = 0; i <= length; i++) {
+          if (i < length && keys.charCodeAt(i) !== KEYS_SEPARATOR) continue;
+          if (i > from) {
+            if (keyCount === HINT_KEYS_MAX) {
+              keyCount = NO_HINT;
+              break;
+            }
+            hashes[base + keyCount++] = continueHash(prefix, keys, from, i);
+          }
+          from = i + 1;
+        }
+      }
+    }
+    this.keyCounts[slot] = keyCount;
+  }
+
+  /**
+   * Fills in the placement of staged record `i` (0 = the put's first),
+   * once it is patched into the log.
+   *
+   * @param i The record's index within the put.
+   * @param offset Its commit-log offset.
+   * @param size Its size.
+   * @param queueOffset Its queueOffset field.
+   * @param storeTimestamp Its storeTimestamp.
+   * @param sysFlag Its sysFlag (the transaction bits count).
+   * @param counter Its queue's counter, when it gets a consume-queue unit.
+   */
+  publish(
+    i: number,
+    offset: number,
+    size: number,
+    queueOffset: number,
+    storeTimestamp: number,
+    sysFlag: number,
+    counter: QueueCounter | undefined,
+  ): void {
+    if (this.#stageFull || i >= this.#staged) return;
+    const slot = (this.#tail + i) & this.#mask;
+    this.offsets[slot] = offset;
+    const transactionType = sysFlag & SYS_FLAG_TRANSACTION_MASK;
+    const keyCount = this.keyCounts[slot]!;
+    // A hint the record cannot have: size 0 sends the dispatcher to the decode.
+    this.sizes[slot] = keyCount === NO_HINT ? 0 : size;
+    // ROLLBACK records are not indexed.
+    if (transactionType === TRANSACTION_ROLLBACK_TYPE && keyCount > 0) this.keyCounts[slot] = 0;
+    this.queueOffsets[slot] = queueOffset;
+    this.storeTimestamps[slot] = storeTimestamp;
+    const delayMs = this.delaysMs[slot]!;
+    if (delayMs >= 0) this.tagsCodes[slot] = storeTimestamp + delayMs;
+    this.transactionTypes[slot] = transactionType;
+    this.counters[slot] = counter;
+  }
+
+  /**
+   * Makes the `count` records of the put visible to the dispatcher, once
+   * they are appended; nothing when the put staged another number of
+   * records (it did not stage them all) or a record found no slot.
+   *
+   * @param count Records the put appended.
+   */
+  commit(count: number): void {
+    if (!this.#stageFull && this.#staged === count) {
+      this.#tail += count;
+      this.#committedCount += count;
+    }
+    this.#staged = 0;
+    this.#stageFull = false;
+  }
+
+  // -------------------------------------------------------------------
+  // The dispatcher
+
+  /**
+   * The slot of the hint for the record at `offset`, or -1 when there is
+   * none. Hints of records before `offset` are dropped (they were
+   * dispatched by the decode).
+   *
+   * @param offset The record the dispatcher is at.
+   * @returns A slot, valid until the next call on the ring.
+   */
+  find(offset: number): number {
+    const offsets = this.offsets;
+    const mask = this.#mask;
+    // Bounded by the hints held.
+    while (this.#head < this.#tail) {
+      const slot = this.#head & mask;
+      const at = offsets[slot]!;
+      if (at === offset) return this.sizes[slot] === 0 ? -1 : slot;
+      if (at > offset) return -1;
+      this.#head++;
+      this.#droppedCount++;
+    }
+    return -1;
+  }
+
+  /** Drops the oldest hint (the one {@link find} returned, now dispatched or copied). */
+  consume(): void {
+    if (this.#head < this.#tail) this.#head++;
+  }
+
+  /** Doubles the slots, up to the capacity; false when at it. */
+  #grow(): boolean {
+    const slots = this.#mask + 1;
+    if (slots >= this.#capacity) return false;
+    const larger = slots * 2;
+    const mask = larger - 1;
+    const from = this.#head;
+    const to = this.#tail + this.#staged - 1;
+    const old = {
+      offsets: this.offsets,
+      sizes: this.sizes,
+      queueOffsets: this.queueOffsets,
+      storeTimestamps: this.storeTimestamps,
+      tagsCodes: this.tagsCodes,
+      delaysMs: this.delaysMs,
+      transactionTypes: this.transactionTypes,
+      queueIds: this.queueIds,
+      keyCounts: this.keyCounts,
+      keyHashes: this.keyHashes,
+      topics: this.topics,
+      counters: this.counters,
+    };
+    this.offsets = new Float64Array(larger);
+    this.sizes = new Int32Array(larger);
+    this.queueOffsets = new Float64Array(larger);
+    this.storeTimestamps = new Float64Array(larger);
+    this.tagsCodes = new Float64Array(larger);
+    this.delaysMs = new Float64Array(larger);
+    this.transactionTypes = new Int32Array(larger);
+    this.queueIds = new Int32Array(larger);
+    this.keyCounts = new Int32Array(larger);
+    this.keyHashes = new Int32Array(larger * HINT_KEYS_MAX);
+    this.topics = new Array<string>(larger).fill("");
+    this.counters = new Array<QueueCounter | undefined>(larger).fill(undefined);
+    // Every slot in use: the committed hints and those staged so far.
+    for (let index = from; index < to; index++) {
+      const a = index & this.#mask;
+      const b = index & mask;
+      this.offsets[b] = old.offsets[a]!;
+      this.sizes[b] = old.sizes[a]!;
+      this.queueOffsets[b] = old.queueOffsets[a]!;
+      this.storeTimestamps[b] = old.storeTimestamps[a]!;
+      this.tagsCodes[b] = old.tagsCodes[a]!;
+      this.delaysMs[b] = old.delaysMs[a]!;
+      this.transactionTypes[b] = old.transactionTypes[a]!;
+      this.queueIds[b] = old.queueIds[a]!;
+      this.keyCounts[b] = old.keyCounts[a]!;
+      this.keyHashes.set(
+        old.keyHashes.subarray(a * HINT_KEYS_MAX, (a + 1) * HINT_KEYS_MAX),
+        b * HINT_KEYS_MAX,
+      );
+      this.topics[b] = old.topics[a]!;
+      this.counters[b] = old.counters[a];
+    }
+    this.#mask = mask;
+    return true;
+  }
+}
