@@ -2,7 +2,8 @@
  * Put-path throughput and latency of the commit log through MessageStore,
  * on real files with the host's native adapter:
  * - ASYNC_FLUSH (mapping) and ASYNC_FLUSH + transient store pool, one
- *   producer, 128 B and 1 KiB bodies;
+ *   producer, 128 B and 1 KiB bodies; the `distinct` rows put different
+ *   messages (own bodies and KEYS) where the others repeat four;
  * - SYNC_FLUSH with 1, 16, 64 and 256 concurrent producers, 1 KiB bodies
  *   (acks/s, ack latency, mean group-commit size);
  * - the raw baselines: one 1 KiB positional write + fdatasync at a time;
@@ -91,6 +92,8 @@ if ((globalThis as { Bun?: unknown }).Bun !== undefined) {
 const { json, filter, scale } = scenarioFlags();
 
 const QUEUES = 4;
+/** Distinct messages a queue in the `distinct` rows' pool (a power of two). */
+const DISTINCT_PER_QUEUE = 0x400;
 
 function messages(bodyBytes: number): MessageInput[] {
   const body = new Uint8Array(bodyBytes);
@@ -101,6 +104,28 @@ function messages(bodyBytes: number): MessageInput[] {
     body,
     properties: { TAGS: "TagA", KEYS: `key-${q} order-${q * 7}` },
   }));
+}
+
+/**
+ * `perQueue` distinct messages per queue, queue after queue: each with its
+ * own body bytes and its own KEYS, as a server's producers send them (the
+ * encoder's properties cache never sees the same object twice in a row).
+ */
+function distinctMessages(bodyBytes: number, perQueue: number): MessageInput[] {
+  const all: MessageInput[] = [];
+  for (let q = 0; q < QUEUES; q++) {
+    for (let i = 0; i < perQueue; i++) {
+      const body = new Uint8Array(bodyBytes);
+      for (let b = 0; b < body.length; b++) body[b] = (b * 31 + i * 7 + q) & 0xFF;
+      all.push({
+        topic: "BenchTopic",
+        queueId: q,
+        body,
+        properties: { TAGS: "TagA", KEYS: `order-${q}-${i} customer-${i * 13}` },
+      });
+    }
+  }
+  return all;
 }
 
 function percentile(sorted: Float64Array, p: number): number {
@@ -126,6 +151,13 @@ interface ProducerShape {
    * @default {1}
    */
   batchSize?: number;
+  /**
+   * Put distinct messages (own body bytes and KEYS, from a pool of 1,024
+   * per queue) instead of the same four message objects again.
+   *
+   * @default {false}
+   */
+  distinct?: boolean;
   /**
    * Yield to the event loop (`setImmediate`) every this many puts, as a
    * producer fed by I/O does, so the flusher and the dispatcher run during
@@ -389,14 +421,30 @@ async function asyncScenario(
       osPageCacheBusyTimeOutMills: 30_000,
       ...extra,
     });
-    const batch = messages(bodyBytes);
     const batchSize = shape.batchSize ?? 1;
     const yieldEvery = shape.yieldEvery ?? 0;
-    const batches = batch.map((message) => Array.from({ length: batchSize }, () => message));
+    // `batch[i & 3]` for single puts, `batches[i & 3]` for batches: with
+    // `distinct`, a pool of 1,024 messages a queue (one queue per batch).
+    let batch = messages(bodyBytes);
+    let batches = batch.map((message) => Array.from({ length: batchSize }, () => message));
+    let poolMask = 3;
+    if (shape.distinct === true) {
+      const pool = distinctMessages(bodyBytes, DISTINCT_PER_QUEUE);
+      // Interleave the queues for single puts (message i goes to queue i % 4).
+      batch = Array.from(
+        { length: pool.length },
+        (_, i) => pool[(i % QUEUES) * DISTINCT_PER_QUEUE + Math.floor(i / QUEUES)]!,
+      );
+      batches = [];
+      for (let at = 0; at + batchSize <= pool.length; at += batchSize) {
+        batches.push(pool.slice(at, at + batchSize));
+      }
+      poolMask = batchSize === 1 ? pool.length - 1 : batches.length - 1;
+    }
     // Warm-up: JIT and the first segment.
-    for (let i = 0; i < 20_000; i++) await store.putMessage(batch[i & 3]!);
+    for (let i = 0; i < 20_000; i++) await store.putMessage(batch[i & poolMask & 3]!);
     if (batchSize > 1) {
-      for (let i = 0; i < 20_000; i += batchSize) await store.putMessages(batches[i & 3]!);
+      for (let i = 0; i < 20_000 / batchSize; i++) await store.putMessages(batches[i & poolMask]!);
     }
     const puts = Math.ceil(count / batchSize);
     // The latency of every 16th message put, or of every batch.
@@ -404,7 +452,9 @@ async function asyncScenario(
     const samples = new Float64Array(Math.ceil(puts / sampleEvery));
     let sampled = 0;
     const put = (i: number) =>
-      batchSize === 1 ? store.putMessage(batch[i & 3]!) : store.putMessages(batches[i & 3]!);
+      batchSize === 1
+        ? store.putMessage(batch[i & poolMask]!)
+        : store.putMessages(batches[i & poolMask]!);
     const cpu0 = process.cpuUsage();
     const start = performance.now();
     for (let i = 0; i < puts; i++) {
@@ -598,6 +648,26 @@ const scenarios: [string, () => Promise<Row>][] = [
   [
     "async batch64 1 KiB 1p",
     () => asyncScenario(port, "async batch64 1 KiB 1p", 1024, n(400_000), {}, { batchSize: 64 }),
+  ],
+  [
+    "async distinct 128 B 1p",
+    () => asyncScenario(port, "async distinct 128 B 1p", 128, n(1_000_000), {}, { distinct: true }),
+  ],
+  [
+    "async batch64 distinct 128 B 1p",
+    () =>
+      asyncScenario(port, "async batch64 distinct 128 B 1p", 128, n(1_500_000), {}, {
+        batchSize: 64,
+        distinct: true,
+      }),
+  ],
+  [
+    "async batch64 distinct 1 KiB 1p",
+    () =>
+      asyncScenario(port, "async batch64 distinct 1 KiB 1p", 1024, n(400_000), {}, {
+        batchSize: 64,
+        distinct: true,
+      }),
   ],
   [
     // The flusher and the dispatcher run during the measurement: p99 is
