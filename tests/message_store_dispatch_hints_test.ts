@@ -175,6 +175,40 @@ describe("MessageStore dispatch hints", () => {
     });
   }
 
+  test("stats() counts the messages dispatched from hints and those decoded", async () => {
+    const env = await openMemoryStore();
+    const { store, port, directory } = env;
+    let reopened: MessageStore | undefined;
+    try {
+      const count = 600;
+      for (let i = 0; i < count; i++) {
+        const result = await store.putMessage({
+          topic: "Counted",
+          queueId: i & 3,
+          body: body(200, i),
+          properties: { TAGS: "t", KEYS: `k-${i}` },
+        });
+        assert.equal(result.status, "PUT_OK");
+      }
+      assert.ok(store.maxOffset > 0x1_0000, "a segment rolled");
+      await store.whenDispatched(store.maxOffset);
+      const live = store.stats();
+      assert.equal(live.dispatchHintedCount + live.dispatchDecodedCount, count);
+      // Every record but a segment's first came with its hint.
+      assert.ok(live.dispatchHintedCount >= count - 4, `${live.dispatchHintedCount} hinted`);
+      await store.close();
+      await removeFiles(port, `${directory}/consumequeue`);
+      reopened = await env.reopen();
+      await reopened.whenDispatched(reopened.maxOffset);
+      const again = reopened.stats();
+      assert.equal(again.dispatchHintedCount, 0);
+      assert.equal(again.dispatchDecodedCount, count, "re-dispatch at open decodes");
+    } finally {
+      await store.close();
+      await reopened?.close();
+    }
+  });
+
   test("putMessage() dispatch from hints on the runtime's file system matches the decode", async () => {
     await withStoreDirectory(async (directory) => {
       const options: MessageStoreOptions = {

@@ -77,6 +77,17 @@ export interface StoreStatsSnapshot {
   groupCommitBatchMax: number;
   /** Mean puts per group-commit flush (0 before any). */
   groupCommitBatchMean: number;
+  /**
+   * Messages dispatched into the consume queues and the index from what
+   * the put path said of them (no decode) since open.
+   */
+  dispatchHintedCount: number;
+  /**
+   * Messages dispatched by decoding them since open: re-dispatch at open,
+   * the first record of a segment, puts that were queued, and what did
+   * not fit the hint ring. A high share at full speed is worth reporting.
+   */
+  dispatchDecodedCount: number;
 }
 
 /**
@@ -188,6 +199,9 @@ export class StoreStats {
       groupCommitBatchMean: this.groupCommitCount === 0
         ? 0
         : this.groupCommitRequests / this.groupCommitCount,
+      // The dispatcher's counters: MessageStore.stats() fills them in.
+      dispatchHintedCount: 0,
+      dispatchDecodedCount: 0,
     };
   }
 }

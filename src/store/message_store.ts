@@ -683,7 +683,10 @@ export class MessageStore {
 
   /** A snapshot of the put and flush counters. */
   stats(): StoreStatsSnapshot {
-    return this.#stats.snapshot();
+    const snapshot = this.#stats.snapshot();
+    snapshot.dispatchHintedCount = this.#dispatcher.hintedRecordCount;
+    snapshot.dispatchDecodedCount = this.#dispatcher.decodedRecordCount;
+    return snapshot;
   }
 
   /** The values the checkpoint holds now (written on close and at thorough flushes). */
