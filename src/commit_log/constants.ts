@@ -63,6 +63,53 @@ export const GROUP_COMMIT_FLUSHES_MAX = 2;
  */
 export const GROUP_COMMIT_SPLIT_MIN_BYTES = 0x2_0000;
 
+/**
+ * Bounds of the tuned split threshold (the group commit starts at
+ * {@link GROUP_COMMIT_SPLIT_MIN_BYTES} and measures; see `SplitTuner`):
+ * below 32 KiB two flushes always cost the device more than they hide (a
+ * flush of 16 KiB costs nearly what one of 32 KiB does), and from 256 KiB
+ * two won on both runtimes (256 producers, 288 KiB; see above), so the
+ * tuner spends no measurement there.
+ */
+export const GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES = 0x8000;
+/** See {@link GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES}. */
+export const GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES = 0x4_0000;
+/**
+ * Flushes one measurement of the split tuner covers: about 30 ms of a
+ * loaded group commit, long enough to average a few slow `fdatasync`s out.
+ */
+export const GROUP_COMMIT_TUNE_EPOCH_FLUSHES = 0x20;
+/**
+ * After this many measurements of the threshold's choice, one measures
+ * the other choice (split or not) at the same load: a steady load runs
+ * the worse one an eighth of its time at most while the tuner looks. Each
+ * probe that loses doubles the wait, up to
+ * {@link GROUP_COMMIT_TUNE_PROBE_EVERY_MAX} (about 4 s), so that a settled
+ * choice costs about 1 % of the time; a probe that wins or a load that
+ * halves or doubles starts again from here.
+ */
+export const GROUP_COMMIT_TUNE_PROBE_EVERY = 7;
+/** See {@link GROUP_COMMIT_TUNE_PROBE_EVERY}. */
+export const GROUP_COMMIT_TUNE_PROBE_EVERY_MAX = 7 * 0x10;
+/**
+ * How much more durable bytes per ms the other choice must make, as a
+ * ratio, to move the split threshold: consecutive 30 ms measurements of
+ * one choice differ by a few percent here.
+ */
+export const GROUP_COMMIT_TUNE_MARGIN = 1.05;
+
+/**
+ * Microtask hops after a lone flush answered its producer within which
+ * that producer's next put counts as coming straight back (see GroupCommitService). `await store.putMessage()` in a loop puts 2 hops after the answer,
+ * 3 through one more async wrapper; an event-loop turn always ends the
+ * window, since the hops run out in the microtask checkpoint that began it.
+ */
+export const LONE_CHAIN_HOPS = 0x10;
+/** Lone flushes chained without an event-loop turn, at most. */
+export const LONE_CHAIN_FLUSHES_MAX = 0x10;
+/** How long a chain of lone flushes may hold the thread without a turn, ms. */
+export const LONE_CHAIN_SPAN_MS = 2;
+
 /** Attempts of the final flush (and commit) on close, as RocketMQ's `RETRY_TIMES_OVER`. */
 export const FINAL_FLUSH_ATTEMPTS = 10;
 
@@ -139,6 +186,11 @@ export const PUT_LATENCY_BUCKET_LABELS: readonly string[] = Object.freeze([
 
 assert(END_OF_FILE_RESERVE_BYTES === 8, "a BLANK is 8 bytes");
 assert(GROUP_COMMIT_FLUSHES_MAX >= 1, "a group commit needs a flush in flight");
+assert(
+  GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES <= GROUP_COMMIT_SPLIT_MIN_BYTES &&
+    GROUP_COMMIT_SPLIT_MIN_BYTES <= GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES,
+  "the split threshold starts within its tuned bounds",
+);
 assert(
   PUT_LATENCY_BUCKET_LABELS.length === PUT_LATENCY_BUCKET_LIMITS_MS.length + 1,
   "one label per bucket, the last open-ended",

@@ -1,0 +1,172 @@
+/**
+ * SplitTuner: the group commit's split threshold moves toward whichever
+ * choice (two flushes in flight or one) measured more durable bytes per
+ * ms at the load, stays within its bounds, and probes less often while
+ * probes lose. The device is simulated: each settle advances a clock by
+ * what the chosen mode costs.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { SplitTuner } from "../src/commit_log/_split_tuner.ts";
+import {
+  GROUP_COMMIT_SPLIT_MIN_BYTES,
+  GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES,
+  GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES,
+  GROUP_COMMIT_TUNE_EPOCH_FLUSHES,
+  GROUP_COMMIT_TUNE_PROBE_EVERY,
+} from "../src/commit_log/constants.ts";
+
+/** 64 producers of 1 KiB puts: between the bounds. */
+const LOAD_BYTES = 64 * 1152;
+
+interface Run {
+  /** Decisions that split. */
+  splits: number;
+  /** Settles that ran inside a probe. */
+  probeSettles: number;
+  /** The thresholds seen after each settle. */
+  thresholds: number[];
+}
+
+/**
+ * Drives `tuner` for `settles` flushes of `loadBytes`: a flush that split
+ * carries half the load in `splitMs`, one that did not carries all of it
+ * in `wholeMs`.
+ */
+function drive(
+  tuner: SplitTuner,
+  settles: number,
+  loadBytes: number,
+  cost: { splitMs: number; wholeMs: number },
+  start = { offset: 0, nowMs: 1_000 },
+): Run {
+  const run: Run = { splits: 0, probeSettles: 0, thresholds: [] };
+  let { offset, nowMs } = start;
+  let split = tuner.decide(loadBytes, offset, nowMs);
+  for (let i = 0; i < settles; i++) {
+    offset += split ? loadBytes / 2 : loadBytes;
+    nowMs += split ? cost.splitMs : cost.wholeMs;
+    if (tuner.probing) run.probeSettles++;
+    split = tuner.decide(loadBytes, offset, nowMs);
+    if (split) run.splits++;
+    run.thresholds.push(tuner.thresholdBytes);
+  }
+  start.offset = offset;
+  start.nowMs = nowMs;
+  return run;
+}
+
+const EPOCH = GROUP_COMMIT_TUNE_EPOCH_FLUSHES;
+/** Settles until the first probe has been measured, and one epoch more. */
+const FIRST_PROBE_SETTLES = (GROUP_COMMIT_TUNE_PROBE_EVERY + 2) * EPOCH + 1;
+
+describe("SplitTuner", () => {
+  test("SplitTuner.decide() follows the threshold before any probe", () => {
+    const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_MIN_BYTES);
+    assert.equal(tuner.thresholdBytes, GROUP_COMMIT_SPLIT_MIN_BYTES);
+    assert.equal(tuner.decide(GROUP_COMMIT_SPLIT_MIN_BYTES - 1, 0, 0), false);
+    assert.equal(tuner.decide(GROUP_COMMIT_SPLIT_MIN_BYTES, 100, 1), true);
+    assert.equal(tuner.probing, false);
+  });
+
+  test("SplitTuner lowers the threshold below the load when two flushes measured faster", () => {
+    // 128 KiB: 72 KiB loads start with one flush at a time.
+    const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_MIN_BYTES);
+    const before = drive(tuner, GROUP_COMMIT_TUNE_PROBE_EVERY * EPOCH - 1, LOAD_BYTES, {
+      splitMs: 0.4,
+      wholeMs: 1,
+    });
+    assert.equal(before.splits, 0, "no split before the first probe");
+    const after = drive(tuner, 3 * EPOCH, LOAD_BYTES, { splitMs: 0.4, wholeMs: 1 });
+    assert.ok(after.probeSettles > 0, "a probe ran");
+    assert.ok(
+      tuner.thresholdBytes <= LOAD_BYTES,
+      `threshold ${tuner.thresholdBytes} is at most the load ${LOAD_BYTES}`,
+    );
+    assert.equal(tuner.decide(LOAD_BYTES, 0x1000_0000, 1e9), true, "the load now splits");
+  });
+
+  test("SplitTuner raises the threshold above the load when one flush measured faster", () => {
+    const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES);
+    assert.equal(tuner.decide(LOAD_BYTES, 0, 1_000), true, "72 KiB starts split");
+    const run = drive(tuner, FIRST_PROBE_SETTLES, LOAD_BYTES, { splitMs: 0.8, wholeMs: 1 });
+    assert.ok(run.probeSettles > 0);
+    assert.ok(tuner.thresholdBytes > LOAD_BYTES, `threshold ${tuner.thresholdBytes}`);
+    assert.equal(tuner.decide(LOAD_BYTES, 0x1000_0000, 1e9), false);
+  });
+
+  test("SplitTuner keeps the threshold while probes lose, and probes less and less often", () => {
+    const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_MIN_BYTES);
+    // Splitting is slower: the probes (splits) lose.
+    const cost = { splitMs: 0.7, wholeMs: 1 };
+    const early = drive(tuner, 0x20 * EPOCH, LOAD_BYTES, cost);
+    assert.ok(early.thresholds.every((t) => t === GROUP_COMMIT_SPLIT_MIN_BYTES));
+    assert.ok(early.probeSettles > 0);
+    const late = drive(tuner, 0x20 * EPOCH, LOAD_BYTES, cost);
+    assert.ok(late.thresholds.every((t) => t === GROUP_COMMIT_SPLIT_MIN_BYTES));
+    assert.ok(
+      late.probeSettles < early.probeSettles,
+      `probes back off: ${late.probeSettles} settles probing late, ${early.probeSettles} early`,
+    );
+  });
+
+  test("SplitTuner starts probing often again when the load changes", () => {
+    const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_MIN_BYTES);
+    const cost = { splitMs: 0.7, wholeMs: 1 };
+    const clock = { offset: 0, nowMs: 1_000 };
+    drive(tuner, 0x40 * EPOCH, LOAD_BYTES, cost, clock);
+    const settled = drive(tuner, 0x10 * EPOCH, LOAD_BYTES, cost, clock);
+    // 34 KiB, under half the load: the probes come as often as at first.
+    const other = drive(tuner, 0x10 * EPOCH, 0x8800, cost, clock);
+    assert.ok(
+      other.probeSettles > settled.probeSettles,
+      `${other.probeSettles} settles probing at the new load, ${settled.probeSettles} before`,
+    );
+  });
+
+  test("SplitTuner keeps the threshold within its bounds and never probes outside them", () => {
+    assert.equal(new SplitTuner(0).thresholdBytes, GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES);
+    assert.equal(new SplitTuner(0x1000_0000).thresholdBytes, GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES);
+    const cases = [
+      // Loads just inside the bounds, each choice far faster.
+      { loadBytes: GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES, splitMs: 0.01, wholeMs: 10 },
+      { loadBytes: GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES - 1, splitMs: 10, wholeMs: 0.01 },
+    ];
+    for (const { loadBytes, splitMs, wholeMs } of cases) {
+      const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_MIN_BYTES);
+      const run = drive(tuner, 0x20 * EPOCH, loadBytes, { splitMs, wholeMs });
+      for (const threshold of run.thresholds) {
+        assert.ok(
+          threshold >= GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES &&
+            threshold <= GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES,
+          `threshold ${threshold} for a load of ${loadBytes}`,
+        );
+      }
+    }
+    // Outside the bounds the choice is fixed: no probe, whatever the rates.
+    for (
+      const { loadBytes, split } of [
+        { loadBytes: GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES - 1, split: false },
+        { loadBytes: GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES, split: true },
+      ]
+    ) {
+      const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_MIN_BYTES);
+      const run = drive(tuner, 0x20 * EPOCH, loadBytes, {
+        splitMs: split ? 10 : 0.01,
+        wholeMs: split ? 0.01 : 10,
+      });
+      assert.equal(run.probeSettles, 0);
+      assert.equal(run.splits, split ? 0x20 * EPOCH : 0);
+    }
+  });
+
+  test("SplitTuner does not move for a clock that does not advance", () => {
+    const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_MIN_BYTES);
+    const run = drive(tuner, 0x20 * EPOCH, LOAD_BYTES, { splitMs: 0, wholeMs: 0 });
+    assert.ok(run.thresholds.every((t) => t === GROUP_COMMIT_SPLIT_MIN_BYTES));
+    assert.equal(run.probeSettles, 0);
+  });
+});
