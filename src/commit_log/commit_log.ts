@@ -909,29 +909,10 @@ export class CommitLog {
     const advances = transaction === TRANSACTION_NOT_TYPE ||
       transaction === TRANSACTION_COMMIT_TYPE;
 
-    if (
-      this.#pendingHead === this.#pending.length && this.#warming === undefined &&
-      !this.#backlogged()
-    ) {
-      const file = this.queue.lastFile;
-      if (file !== undefined && !file.isFull && file.writableBytes >= this.#directMin) {
-        // Far from the segment end any valid record fits: encode in place.
-        this.#curInput = input;
-        this.#curCount = 1;
-        this.#curAdvances = advances;
-        this.#curNowMs = startMs;
-        this.#curError = undefined;
-        try {
-          file.append(this.#appendBound);
-        } finally {
-          this.#curInput = undefined;
-        }
-        const error = this.#curError as MqStoreError | undefined;
-        if (error !== undefined) return this.#answerFailure(statusOf(error), error);
-        // Appended: its hint may be dispatched.
-        this.#hints?.commit(1);
-        return this.#afterAppend(input.storeHost, wait, startMs);
-      }
+    const direct = this.#appendInPlace(input, undefined, advances, startMs);
+    if (direct !== false) {
+      if (direct !== undefined) return this.#answerFailure(statusOf(direct), direct);
+      return this.#afterAppend(input.storeHost, wait, startMs);
     }
     // Near the segment end, or queued: encode into the scratch first.
     const size = this.#encoder.encode(input, this.#scratch, 0);
@@ -975,30 +956,11 @@ export class CommitLog {
         new MqStoreError("MESSAGE_ILLEGAL", "A batch must hold at least one message"),
       );
     }
-    if (
-      this.#pendingHead === this.#pending.length && this.#warming === undefined &&
-      !this.#backlogged()
-    ) {
-      const file = this.queue.lastFile;
-      if (file !== undefined && !file.isFull && file.writableBytes >= this.#directMin) {
-        // Far from the segment end any valid batch fits: encode it in
-        // place, saving a copy of every byte through the scratch.
-        this.#curBatch = messages;
-        this.#curCount = messages.length;
-        this.#curAdvances = true;
-        this.#curNowMs = startMs;
-        this.#curError = undefined;
-        try {
-          file.append(this.#appendBound);
-        } finally {
-          this.#curBatch = undefined;
-        }
-        const error = this.#curError as MqStoreError | undefined;
-        if (error !== undefined) return this.#answerFailure(statusOf(error), error);
-        // Appended: its hints may be dispatched.
-        this.#hints?.commit(messages.length);
-        return this.#afterAppend(first.storeHost, this.#batchWait, startMs);
-      }
+    // In place, the batch saves a copy of every byte through the scratch.
+    const direct = this.#appendInPlace(undefined, messages, true, startMs);
+    if (direct !== false) {
+      if (direct !== undefined) return this.#answerFailure(statusOf(direct), direct);
+      return this.#afterAppend(first.storeHost, this.#batchWait, startMs);
     }
     // Near the segment end, or queued: encode into the scratch first.
     const size = this.#encodeBatch(messages, this.#scratch, 0, this.#recordMax);
@@ -1120,6 +1082,49 @@ export class CommitLog {
         );
       }
     }
+    return undefined;
+  }
+
+  /**
+   * Encodes one message (`input`) or a batch (`batch`) straight into the
+   * last segment, when nothing is queued or held back and the segment is
+   * far enough from its end that any valid record or batch fits.
+   *
+   * @returns False when it did not try (the caller encodes into the
+   *   scratch), the encoding error, or undefined once appended (its hints
+   *   committed).
+   */
+  #appendInPlace(
+    input: MessageInput | undefined,
+    batch: readonly MessageInput[] | undefined,
+    advances: boolean,
+    startMs: number,
+  ): MqStoreError | undefined | false {
+    if (
+      this.#pendingHead !== this.#pending.length || this.#warming !== undefined ||
+      this.#backlogged()
+    ) {
+      return false;
+    }
+    const file = this.queue.lastFile;
+    if (file === undefined || file.isFull || file.writableBytes < this.#directMin) return false;
+    const count = batch === undefined ? 1 : batch.length;
+    this.#curInput = input;
+    this.#curBatch = batch;
+    this.#curCount = count;
+    this.#curAdvances = advances;
+    this.#curNowMs = startMs;
+    this.#curError = undefined;
+    try {
+      file.append(this.#appendBound);
+    } finally {
+      this.#curInput = undefined;
+      this.#curBatch = undefined;
+    }
+    const error = this.#curError as MqStoreError | undefined;
+    if (error !== undefined) return error;
+    // Appended: its hints may be dispatched.
+    this.#hints?.commit(count);
     return undefined;
   }
 
