@@ -1225,12 +1225,7 @@ export class CommitLog {
     if (input !== undefined) {
       hints?.beginStage();
       const encoded = this.#encoder.encode(input, bytes, index);
-      if (typeof encoded !== "number") {
-        this.#curError = encoded;
-        outcome.wroteBytes = 0;
-        outcome.storeTimestampMs = this.queue.lastFile?.storeTimestampMs ?? 0;
-        return outcome;
-      }
+      if (typeof encoded !== "number") return this.#appendRefused(encoded);
       size = encoded;
       topic = input.topic;
       queueId = input.queueId;
@@ -1242,12 +1237,7 @@ export class CommitLog {
       // A batch encoded in place (#putBatch checked the room for any batch).
       const batch = this.#curBatch;
       const encoded = this.#encodeBatch(batch, bytes, index, index + this.#recordMax);
-      if (typeof encoded !== "number") {
-        this.#curError = encoded;
-        outcome.wroteBytes = 0;
-        outcome.storeTimestampMs = this.queue.lastFile?.storeTimestampMs ?? 0;
-        return outcome;
-      }
+      if (typeof encoded !== "number") return this.#appendRefused(encoded);
       size = encoded;
       topic = batch[0]!.topic;
       queueId = batch[0]!.queueId;
@@ -1314,6 +1304,15 @@ export class CommitLog {
     outcome.storeTimestampMs = nowMs;
     this.#lastAppendOffset = offset;
     this.#lastQueueOffset = queueOffset;
+    return outcome;
+  }
+
+  /** The append outcome of an in-place encode that refused the message: nothing written. */
+  #appendRefused(error: MqStoreError): AppendOutcome {
+    this.#curError = error;
+    const outcome = this.#outcome;
+    outcome.wroteBytes = 0;
+    outcome.storeTimestampMs = this.queue.lastFile?.storeTimestampMs ?? 0;
     return outcome;
   }
 
