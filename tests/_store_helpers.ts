@@ -180,6 +180,30 @@ export interface GatedPort {
   readonly waiting: number;
 }
 
+/**
+ * `inner`, with every commit-log file handle it creates or opens passed
+ * through `wrapHandle` (consume-queue, index and checkpoint files are
+ * left as they are: the dispatcher flushes them on its own schedule).
+ */
+export function commitLogHandlesPort(
+  inner: RuntimePort,
+  wrapHandle: (handle: FileHandle) => FileHandle,
+): RuntimePort {
+  return new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile" || key === "openFile") {
+        return async (...args: unknown[]) => {
+          const handle = await value.apply(target, args);
+          return String(args[0]).includes("/commitlog/") ? wrapHandle(handle) : handle;
+        };
+      }
+      return value.bind(target);
+    },
+  });
+}
+
 /** Wraps `inner` so its flushes can be held (to simulate a slow disk). */
 export function gatedPort(inner: RuntimePort): GatedPort {
   let held = false;
@@ -220,21 +244,7 @@ export function gatedPort(inner: RuntimePort): GatedPort {
         return value.bind(target);
       },
     });
-  const port = new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (typeof value !== "function") return value;
-      if (key === "createFile" || key === "openFile") {
-        // Only commit-log flushes are gated: consume-queue, index and
-        // checkpoint flushes of the dispatcher run on their own schedule.
-        return async (...args: unknown[]) => {
-          const handle = await value.apply(target, args);
-          return String(args[0]).includes("/commitlog/") ? wrapHandle(handle) : handle;
-        };
-      }
-      return value.bind(target);
-    },
-  });
+  const port = commitLogHandlesPort(inner, wrapHandle);
   return {
     port,
     hold: () => {

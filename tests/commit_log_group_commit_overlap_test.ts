@@ -27,7 +27,7 @@ import {
   GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES,
 } from "../src/commit_log/constants.ts";
 import { MessageStore } from "../src/store/message_store.ts";
-import { body, SEGMENT_BYTES } from "./_store_helpers.ts";
+import { body, commitLogHandlesPort, SEGMENT_BYTES } from "./_store_helpers.ts";
 
 /**
  * Wraps `inner` so that every `fdatasync` of a path containing
@@ -59,19 +59,7 @@ function holdingPort(inner: RuntimePort): {
         return value.bind(target);
       },
     });
-  const port = new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (typeof value !== "function") return value;
-      if (key === "createFile" || key === "openFile") {
-        return async (...args: unknown[]) => {
-          const handle = await value.apply(target, args);
-          return String(args[0]).includes("/commitlog/") ? wrapHandle(handle) : handle;
-        };
-      }
-      return value.bind(target);
-    },
-  });
+  const port = commitLogHandlesPort(inner, wrapHandle);
   return { port, held, holding };
 }
 

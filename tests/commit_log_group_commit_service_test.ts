@@ -22,7 +22,7 @@ import type { PutMessageResult } from "../src/commit_log/put_message_result.ts";
 import { StoreCheckpoint } from "../src/commit_log/store_checkpoint.ts";
 import { StoreStats } from "../src/commit_log/store_stats.ts";
 import { MessageStore } from "../src/store/message_store.ts";
-import { body, SEGMENT_BYTES } from "./_store_helpers.ts";
+import { body, commitLogHandlesPort, SEGMENT_BYTES } from "./_store_helpers.ts";
 import { makeTempDirectory, removeDirectory } from "./_helpers.ts";
 
 const nativeAdapter = availableAdapters().find((a) => a !== "portable" && a !== "memory");
@@ -64,19 +64,7 @@ function holdingPort(inner: RuntimePort): {
         return value.bind(target);
       },
     });
-  const port = new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (typeof value !== "function") return value;
-      if (key === "createFile" || key === "openFile") {
-        return async (...args: unknown[]) => {
-          const handle = await value.apply(target, args);
-          return String(args[0]).includes("/commitlog/") ? wrapHandle(handle) : handle;
-        };
-      }
-      return value.bind(target);
-    },
-  });
+  const port = commitLogHandlesPort(inner, wrapHandle);
   return { port, held, holding };
 }
 
