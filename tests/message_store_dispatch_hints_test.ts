@@ -578,4 +578,60 @@ describe("DispatchHints", () => {
     hints.consume();
     assert.equal(hints.find(100), -1);
   });
+
+  test("DispatchHints.stage() hashes a KEYS string it saw before as the first time, whatever the topic and UNIQ_KEY", () => {
+    const hints = new DispatchHints({ withKeys: true });
+    const javaHash = (text: string) => {
+      let h = 0;
+      for (let i = 0; i < text.length; i++) h = (Math.imul(h, 31) + text.charCodeAt(i)) | 0;
+      return h;
+    };
+    // More strings than the cache holds, several of one length and last
+    // character (one set), the longest right at the key limit.
+    const keys = [
+      ...Array.from({ length: 40 }, (_, i) => `key-${i % 10} order-${i}`),
+      Array.from({ length: HINT_KEYS_MAX }, (_, i) => `k${i}`).join(" "),
+      "  a  b ",
+    ];
+    let offset = -100;
+    // Rounds of repeated strings, and one of keys that never repeat (the
+    // cache is then skipped, and tried again now and then).
+    for (let round = 0; round < 5; round++) {
+      const count = round === 2 ? 1000 : keys.length * 2;
+      for (let i = 0; i < count; i++) {
+        offset += 100;
+        const topic = (i + round) % 3 === 0 ? "Orders" : "T";
+        // The same KEYS, a copy of it (another string object), or with a UNIQ_KEY.
+        const key = round === 2 ? `once-${i} k${i % 7}` : keys[(i * 17) % keys.length]!;
+        const value = i % 4 === 1 ? [...key].join("") : key;
+        const pairs: [string, string][] = [["TAGS", i % 2 === 0 ? "A" : "B"], ["KEYS", value]];
+        if (i % 5 === 0) pairs.unshift(["UNIQ_KEY", `U${i}`]);
+        hints.beginStage();
+        hints.stage(topic, 0, pairsOf(pairs));
+        hints.publish(0, offset, 100, i, 1, 0, undefined);
+        hints.commit(1);
+        const slot = hints.find(offset);
+        const expected = [
+          ...(i % 5 === 0 ? [`U${i}`] : []),
+          ...value.split(" ").filter((token) => token !== ""),
+        ].map((key) => javaHash(`${topic}#${key}`));
+        if (expected.length > HINT_KEYS_MAX) {
+          // A UNIQ_KEY and a full KEYS: too many, the record is decoded.
+          assert.equal(slot, -1, `round ${round} message ${i}`);
+          continue;
+        }
+        assert.equal(hints.keyCounts[slot], expected.length, `round ${round} message ${i}`);
+        assert.deepEqual(
+          [...hints.keyHashes.subarray(
+            slot * HINT_KEYS_MAX,
+            slot * HINT_KEYS_MAX + expected.length,
+          )],
+          expected,
+          `round ${round} message ${i}`,
+        );
+        assert.equal(hints.tagsCodes[slot], javaHash(i % 2 === 0 ? "A" : "B"));
+        hints.consume();
+      }
+    }
+  });
 });

@@ -88,17 +88,59 @@ const NO_HINT = -1;
 const KEYS_SEPARATOR = 0x20;
 /** Code unit between topic and key in an index key (`topic#key`). */
 const INDEX_KEY_SEPARATOR = 0x23;
+/**
+ * Entries of the KEYS hash cache: producers that repeat their KEYS strings
+ * (a few properties objects sent again and again) hash each once; keys
+ * that never repeat soon skip the cache (see KEYS_CACHE_MISS_RUN_MAX).
+ */
+const KEYS_CACHE_ENTRIES = 0x20;
+/** The set of two entries is the top 4 bits of a Fibonacci hash (16 sets). */
+const KEYS_CACHE_SET_SHIFT = 28;
+/** Misses in a row after which KEYS are hashed without the cache. */
+const KEYS_CACHE_MISS_RUN_MAX = 0x20;
+/** Without the cache, it is tried again once every this many + 1 KEYS. */
+const KEYS_CACHE_RETRY_MASK = 0xFF;
+/** 2^32 / the golden ratio: multiplying spreads close inputs over the top bits. */
+const FIBONACCI_HASH = 0x9E37_79B1;
 
 assert(
   (DISPATCH_HINTS_CAPACITY_DEFAULT & (DISPATCH_HINTS_CAPACITY_DEFAULT - 1)) === 0,
   "a power of two",
 );
 assert(INITIAL_SLOTS <= DISPATCH_HINTS_CAPACITY_DEFAULT, "the ring starts below its capacity");
+assert(KEYS_CACHE_ENTRIES === 2 << (32 - KEYS_CACHE_SET_SHIFT), "two entries per set");
 
 /** Java's hash carried on from `hash` over `text[from, to)`'s code units. */
 function continueHash(hash: number, text: string, from: number, to: number): number {
   for (let i = from; i < to; i++) hash = (Math.imul(hash, 31) + text.charCodeAt(i)) | 0;
   return hash;
+}
+
+/**
+ * Puts at `into[at]` on the Java hashes of `prefix` followed by each
+ * non-empty token of `keys` between single spaces (as indexKeysOf).
+ *
+ * @returns How many, or {@link NO_HINT} for more than `room`.
+ */
+function hashKeys(
+  keys: string,
+  prefix: number,
+  into: Int32Array,
+  at: number,
+  room: number,
+): number {
+  let count = 0;
+  let from = 0;
+  const length = keys.length;
+  for (let i = 0; i <= length; i++) {
+    if (i < length && keys.charCodeAt(i) !== KEYS_SEPARATOR) continue;
+    if (i > from) {
+      if (count === room) return NO_HINT;
+      into[at + count++] = continueHash(prefix, keys, from, i);
+    }
+    from = i + 1;
+  }
+  return count;
 }
 
 /**
@@ -159,6 +201,25 @@ export class DispatchHints {
   /** Last topic staged, and the Java hash of `topic#`. */
   #topic = "";
   #prefixHash = 0;
+  /** Last TAGS staged, and its hash. */
+  #tags = "";
+  #tagsCode = 0;
+  /**
+   * A two-way set-associative cache of KEYS strings (found by identity:
+   * the producer's own strings), the prefix hash they were hashed with, their
+   * token count ({@link NO_HINT}: too many) and hashes (`entry *
+   * HINT_KEYS_MAX` on).
+   */
+  readonly #keysCacheStrings: string[] = new Array<string>(KEYS_CACHE_ENTRIES).fill("");
+  readonly #keysCachePrefixes = new Int32Array(KEYS_CACHE_ENTRIES);
+  readonly #keysCacheCounts = new Int32Array(KEYS_CACHE_ENTRIES);
+  readonly #keysCacheHashes = new Int32Array(KEYS_CACHE_ENTRIES * HINT_KEYS_MAX);
+  /** Per set, the way the last miss replaced. */
+  readonly #keysCacheVictims = new Int32Array(KEYS_CACHE_ENTRIES / 2);
+  /** Cache misses in a row, up to {@link KEYS_CACHE_MISS_RUN_MAX}. */
+  #keysMissRun = 0;
+  /** Past that many misses: KEYS hashed without the cache since it was last tried, mod 256. */
+  #keysRetryClock = 0;
   /** Hints committed and hints dropped behind the dispatcher (tests, stats). */
   #committedCount = 0;
   #droppedCount = 0;
@@ -215,6 +276,13 @@ export class DispatchHints {
   beginStage(): void {
     this.#staged = 0;
     this.#stageFull = false;
+    // An empty ring starts again at slot 0: a dispatcher in step with the
+    // puts then reuses the first slots, which stay in cache, instead of
+    // walking through every slot of a ring that once grew (megabytes).
+    if (this.#head === this.#tail) {
+      this.#head = 0;
+      this.#tail = 0;
+    }
   }
 
   /**
@@ -257,8 +325,17 @@ export class DispatchHints {
       else if (name === PROPERTY_UNIQ_KEY) uniqKey = value;
       else if (name === PROPERTY_DELAY) delay = value;
     }
-    this.tagsCodes[slot] = tags === undefined ? 0 : continueHash(0, tags, 0, tags.length);
-    this.delaysMs[slot] = topic === SCHEDULE_TOPIC && delay !== undefined
+    if (tags === undefined) {
+      this.tagsCodes[slot] = 0;
+    } else {
+      // Producers repeat their TAGS strings: the very string hashes as last time.
+      if (tags !== this.#tags) {
+        this.#tags = tags;
+        this.#tagsCode = continueHash(0, tags, 0, tags.length);
+      }
+      this.tagsCodes[slot] = this.#tagsCode;
+    }
+    this.delaysMs[slot] = delay !== undefined && topic === SCHEDULE_TOPIC
       ? scheduleDelayMsOf(delay, this.#delayLevelsMs)
       : -1;
     let keyCount = 0;
@@ -274,24 +351,68 @@ export class DispatchHints {
       if (uniqKey !== undefined) {
         hashes[base + keyCount++] = continueHash(prefix, uniqKey, 0, uniqKey.length);
       }
-      if (keys !== undefined) {
-        // Non-empty tokens between single spaces, as indexKeysOf.
-        let from = 0;
-        const length = keys.length;
-        for (let i = 0; i <= length; i++) {
-          if (i < length && keys.charCodeAt(i) !== KEYS_SEPARATOR) continue;
-          if (i > from) {
-            if (keyCount === HINT_KEYS_MAX) {
-              keyCount = NO_HINT;
-              break;
-            }
-            hashes[base + keyCount++] = continueHash(prefix, keys, from, i);
-          }
-          from = i + 1;
-        }
-      }
+      if (keys !== undefined) keyCount = this.#stageKeys(keys, prefix, base, keyCount);
     }
     this.keyCounts[slot] = keyCount;
+  }
+
+  /**
+   * Puts the hashes of the KEYS tokens at `keyHashes[base + keyCount]` on,
+   * from the cache when the very string was hashed with the same prefix.
+   *
+   * @returns The slot's key count, or {@link NO_HINT} past {@link HINT_KEYS_MAX}.
+   */
+  #stageKeys(keys: string, prefix: number, base: number, keyCount: number): number {
+    // Keys that do not repeat (an order id per message) would only pay for
+    // the lookups and the stores: after a run of misses they are hashed
+    // straight into the slot, and the cache is tried again now and then.
+    if (
+      this.#keysMissRun >= KEYS_CACHE_MISS_RUN_MAX &&
+      (this.#keysRetryClock = (this.#keysRetryClock + 1) & KEYS_CACHE_RETRY_MASK) !== 0
+    ) {
+      const count = hashKeys(
+        keys,
+        prefix,
+        this.keyHashes,
+        base + keyCount,
+        HINT_KEYS_MAX - keyCount,
+      );
+      return count === NO_HINT ? NO_HINT : keyCount + count;
+    }
+    const length = keys.length;
+    // Two ways per set; the set spreads the producers' few repeating
+    // strings cheaply (length and last code unit; keys is not empty).
+    const set = Math.imul(Math.imul(length, 31) + keys.charCodeAt(length - 1), FIBONACCI_HASH) >>>
+      KEYS_CACHE_SET_SHIFT;
+    const strings = this.#keysCacheStrings;
+    const prefixes = this.#keysCachePrefixes;
+    let entry = set * 2;
+    const first = strings[entry]!;
+    // A length compare first: a miss on this way then costs no string compare.
+    if (first.length !== length || keys !== first || prefixes[entry] !== prefix) entry++;
+    const cached = this.#keysCacheHashes;
+    if (keys !== strings[entry] || prefixes[entry] !== prefix) {
+      // A miss: the way not replaced last time in this set takes it.
+      entry = set * 2 + (this.#keysCacheVictims[set]! ^= 1);
+      strings[entry] = keys;
+      prefixes[entry] = prefix;
+      this.#keysCacheCounts[entry] = hashKeys(
+        keys,
+        prefix,
+        cached,
+        entry * HINT_KEYS_MAX,
+        HINT_KEYS_MAX,
+      );
+      if (this.#keysMissRun < KEYS_CACHE_MISS_RUN_MAX) this.#keysMissRun++;
+    } else {
+      this.#keysMissRun = 0;
+    }
+    const count = this.#keysCacheCounts[entry]!;
+    if (count === NO_HINT || keyCount + count > HINT_KEYS_MAX) return NO_HINT;
+    const hashes = this.keyHashes;
+    const from = entry * HINT_KEYS_MAX;
+    for (let i = 0; i < count; i++) hashes[base + keyCount + i] = cached[from + i]!;
+    return keyCount + count;
   }
 
   /**

@@ -39,7 +39,7 @@ import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
 import type { RuntimePort } from "../runtime/port.ts";
 import type { Clock } from "../segment/clock.ts";
-import type { MappedFile } from "../segment/mapped_file.ts";
+import type { AppendOutcome, AppendTarget, MappedFile } from "../segment/mapped_file.ts";
 import { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import {
   CONSUME_QUEUE_DIRECTORY_NAME,
@@ -49,7 +49,7 @@ import {
   CQ_UNIT_TAGS_CODE_POSITION,
   MAPPED_FILE_SIZE_CONSUME_QUEUE_DEFAULT,
 } from "./_consume_queue_constants.ts";
-import { readInt64, writeInt64 } from "./_consume_queue_int64.ts";
+import { putInt32, putInt64, readInt64, writeInt64 } from "./_consume_queue_int64.ts";
 import type { ConsumeQueueAllocator } from "./_consume_queue_allocator.ts";
 import { joinPath, segmentFileName } from "../segment/_file_name.ts";
 
@@ -239,6 +239,17 @@ export class ConsumeQueue {
   /** Scratch for one unit, reused by every put. */
   #unit = new Uint8Array(CQ_UNIT_SIZE_BYTES);
   #unitView = new DataView(this.#unit.buffer);
+  /**
+   * The unit putUnitNow writes in place, and the append outcome it
+   * reports (the file's store timestamp unchanged, as appendBytes).
+   */
+  readonly #written = {
+    wroteBytes: CQ_UNIT_SIZE_BYTES,
+    storeTimestampMs: 0,
+    offset: 0,
+    size: 0,
+    tagsCode: 0,
+  };
   #allocator: ConsumeQueueAllocator | undefined;
   /** Write position of a file at which the next file is prepared. */
   #prepareAtPosition: number;
@@ -508,11 +519,14 @@ export class ConsumeQueue {
     const currentLogicOffset = file.fileFromOffset + file.wrotePosition;
     if (expectLogicOffset < currentLogicOffset) return false;
     if (expectLogicOffset > currentLogicOffset) return undefined;
-    const view = this.#unitView;
-    writeInt64(view, 0, commitLogOffset);
-    view.setInt32(CQ_UNIT_SIZE_POSITION, size);
-    writeInt64(view, CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
-    this.#appendNow(file, this.#unit);
+    // Straight into the mapping (one unit per dispatched message): no
+    // scratch unit copied with a native set().
+    const written = this.#written;
+    written.offset = commitLogOffset;
+    written.size = size;
+    written.tagsCode = tagsCode;
+    written.storeTimestampMs = file.storeTimestampMs;
+    file.append(this.#writeUnit);
     this.#maxPhysicOffset = commitLogOffset + size;
     if (
       file.wrotePosition >= this.#prepareAtPosition && this.#preparedAfter !== file.fileFromOffset
@@ -521,6 +535,21 @@ export class ConsumeQueue {
     }
     return true;
   }
+
+  /**
+   * Writes the unit {@link ConsumeQueue.#written} holds at the append
+   * target (a mapping: see putUnitNow).
+   */
+  readonly #writeUnit = (target: AppendTarget): AppendOutcome => {
+    const bytes = target.bytes;
+    const at = target.index;
+    const unit = this.#written;
+    // Byte stores: no view of the mapping to keep, no native call.
+    putInt64(bytes, at, unit.offset);
+    putInt32(bytes, at + CQ_UNIT_SIZE_POSITION, unit.size);
+    putInt64(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, unit.tagsCode);
+    return unit;
+  };
 
   /** Asks the allocator to create the file after `file` in the background. */
   #prepareAfter(file: MappedFile): void {

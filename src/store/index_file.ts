@@ -460,10 +460,13 @@ export class IndexFile {
     }
     if (this.indexNum - this.#indexCount < count) return false;
     if (count === 0) return true;
+    // The begin fields change only with the first entries (see #put).
+    const begins = this.#indexCount <= 1;
     for (let i = 0; i < count; i++) {
       this.#put(indexKeyHashOf(javaHashes[i]!), phyOffset, storeTimestamp);
     }
-    this.#writeHeader();
+    if (begins) this.#writeHeader();
+    else this.#writeHeaderEnd();
     return true;
   }
 
@@ -661,6 +664,19 @@ export class IndexFile {
     writeInt64(view, HEADER_BEGIN_TIMESTAMP_POSITION, this.#beginTimestamp);
     writeInt64(view, HEADER_END_TIMESTAMP_POSITION, this.#endTimestamp);
     writeInt64(view, HEADER_BEGIN_PHY_OFFSET_POSITION, this.#beginPhyOffset);
+    writeInt64(view, HEADER_END_PHY_OFFSET_POSITION, this.#endPhyOffset);
+    view.setInt32(HEADER_HASH_SLOT_COUNT_POSITION, this.#hashSlotCount);
+    view.setInt32(HEADER_INDEX_COUNT_POSITION, this.#indexCount);
+    this.#markDirty(0, INDEX_HEADER_SIZE_BYTES);
+  }
+
+  /**
+   * {@link IndexFile.#writeHeader} after entries that left the begin
+   * fields as they were: the same header bytes, fewer of them written.
+   */
+  #writeHeaderEnd(): void {
+    const view = this.#view;
+    writeInt64(view, HEADER_END_TIMESTAMP_POSITION, this.#endTimestamp);
     writeInt64(view, HEADER_END_PHY_OFFSET_POSITION, this.#endPhyOffset);
     view.setInt32(HEADER_HASH_SLOT_COUNT_POSITION, this.#hashSlotCount);
     view.setInt32(HEADER_INDEX_COUNT_POSITION, this.#indexCount);
