@@ -554,8 +554,18 @@ export class MappedFile {
    *   await {@link MappedFile.ensureWritable} first.
    */
   appendBytes(source: Uint8Array): boolean {
+    const wrote = this.#wrote;
+    const end = wrote + source.length;
+    if (this.#writeMode === "mapping" && this.#available && wrote < this.fileSizeBytes) {
+      // The usual case (a consume-queue unit per dispatched message):
+      // straight into the mapping, without refreshing the append target.
+      if (end > this.fileSizeBytes) return false;
+      (this.#mapping as Mapping).bytes.set(source, wrote);
+      this.#wrote = end;
+      return true;
+    }
     this.#checkAppendable();
-    if (this.#wrote + source.length > this.fileSizeBytes) return false;
+    if (end > this.fileSizeBytes) return false;
     const target = this.#prepareTarget();
     if (source.length > target.writableBytes) {
       throw new RangeError(
