@@ -275,6 +275,10 @@ class FsFileHandle implements FileHandle {
 
   writeSync(source: Uint8Array, position: number): void {
     this.#checkWrite(source, position);
+    if (this.#native?.pwrite !== undefined) {
+      this.#pwrite(this.#native, source, position);
+      return;
+    }
     let done = 0;
     try {
       while (done < source.length) {
@@ -282,6 +286,30 @@ class FsFileHandle implements FileHandle {
       }
     } catch (error) {
       throw systemError(error, "write", this.path);
+    }
+    if (position + source.length > this.sizeBytes) {
+      this.sizeBytes = position + source.length;
+    }
+  }
+
+  /** {@link writeSync} through the binding's `pwrite`. */
+  #pwrite(native: NativeLibc, source: Uint8Array, position: number): void {
+    let done = 0;
+    while (done < source.length) {
+      const rest = done === 0 ? source : source.subarray(done);
+      const written = native.pwrite!(this.#fd, rest, position + done);
+      // A signal before any byte went: try again, as libuv does.
+      if (written === -LINUX.EINTR) continue;
+      if (written < 0) throw errnoError(-written, "write", this.path);
+      if (written === 0) {
+        throw new MqStoreError(
+          "IO_ERROR",
+          `Cannot write ${this.path}: pwrite of ${rest.length} bytes at ${
+            position + done
+          } wrote none`,
+        );
+      }
+      done += written;
     }
     if (position + source.length > this.sizeBytes) {
       this.sizeBytes = position + source.length;
@@ -299,6 +327,13 @@ class FsFileHandle implements FileHandle {
 
   datasyncSync(): void {
     this.#checkOpen("fdatasync");
+    const native = this.#native;
+    if (native?.fdatasync !== undefined) {
+      let errno = native.fdatasync(this.#fd);
+      while (errno === LINUX.EINTR) errno = native.fdatasync(this.#fd);
+      if (errno !== 0) throw errnoError(errno, "fdatasync", this.path);
+      return;
+    }
     try {
       fs.fdatasyncSync(this.#fd);
     } catch (error) {

@@ -114,6 +114,19 @@ export interface NativeLibc {
    * reached, or minus the errno (`-ENXIO`: no data at or after `offset`).
    */
   lseek(fd: number, offset: number, whence: number): number;
+  /**
+   * `pwrite(fd, source, source.length, position)` on the calling thread:
+   * the bytes written, or minus the errno. Optional: a binding offers it
+   * where it costs less than the runtime's `fs.writeSync` (a lone SYNC put
+   * writes and syncs once each), and `FileHandle.writeSync` uses `node:fs`
+   * otherwise.
+   */
+  pwrite?(fd: number, source: Uint8Array, position: number): number;
+  /**
+   * `fdatasync(fd)` on the calling thread: 0 or errno. Optional, like
+   * {@link NativeLibc.pwrite}.
+   */
+  fdatasync?(fd: number): number;
 }
 
 /** Linux constants (identical on x86_64 and arm64). */
@@ -148,6 +161,7 @@ export const LINUX = {
   SEEK_SET: 0,
   SEEK_DATA: 3,
   SEEK_HOLE: 4,
+  EINTR: 4,
   ENXIO: 6,
   /** `cachestat` has the same number on every architecture (new-style syscall). */
   SYS_CACHESTAT: 451,

@@ -129,6 +129,12 @@ function bindLibc(): NativeLibc {
     "int posix_fadvise(int fd, int64_t offset, int64_t length, int advice)",
   );
   const lseek = bind("int64_t lseek(int fd, int64_t offset, int whence)");
+  // The lone SYNC put's write and flush: a koffi call costs about a third
+  // of `fs.writeSync` and half of `fs.fdatasyncSync` in user CPU (Node 20:
+  // 0.24 µs against 0.7–0.84 µs, 0.20 µs against 0.33–0.43 µs), which
+  // validate their arguments and go through a libuv request.
+  const pwrite = bind("long pwrite(int fd, const void *buf, size_t count, int64_t offset)");
+  const fdatasync = bind("int fdatasync(int fd)");
   // Both are variadic in C; koffi's variadic calls pass each extra
   // argument with its type, as the ABI requires.
   const fcntl = bind("int fcntl(int fd, int cmd, ...)");
@@ -375,6 +381,16 @@ function bindLibc(): NativeLibc {
     lseek(fd: number, offset: number, whence: number): number {
       const reached = Number(lseek(fd, offset, whence));
       return reached === -1 ? -koffi.errno() : reached;
+    },
+
+    pwrite(fd: number, source: Uint8Array, position: number): number {
+      // koffi passes the view's own bytes (its offset included), no copy.
+      const written = Number(pwrite(fd, source, source.length, position));
+      return written === -1 ? -koffi.errno() : written;
+    },
+
+    fdatasync(fd: number): number {
+      return status(fdatasync(fd));
     },
   };
 }
