@@ -385,6 +385,14 @@ export class MessageStore {
       // Set once built: a commit that makes write-buffer bytes readable
       // wakes the dispatcher (transient store pool, no mmap).
       let follower: Dispatcher | undefined;
+      // Under SYNC_FLUSH a flush makes records dispatchable: the synchronous
+      // slice takes them from their hints at once (the loop gets what it
+      // leaves). Waking the loop instead cost every lone SYNC put a promise
+      // chain and a read range with its closure: about 3 of its 40 µs of
+      // user CPU on Node 20.
+      const onReadable = resolved.flushDiskType === "SYNC_FLUSH"
+        ? () => follower?.dispatchNow()
+        : () => follower?.wakeup();
       // The put path describes each record it appends, so that the
       // dispatcher need not decode it (re-dispatch at open decodes).
       const hints = readOnly ? undefined : new DispatchHints({
@@ -398,7 +406,7 @@ export class MessageStore {
         delayLevelCount: resolved.delayLevelsMs.length,
         checkpoint,
         stats,
-        onReadable: () => follower?.wakeup(),
+        onReadable,
         dispatchHints: hints,
       });
       // For an mqstore store whose consume queues are there, the queue
