@@ -1,12 +1,13 @@
 /**
  * Big-endian integers in record bytes.
  *
- * The hot paths (encoder, checker) go through a `DataView` cached per buffer
- * ({@link dataViewOf}): its accessors beat byte-by-byte access on V8 and
- * match it on JavaScriptCore. The byte-by-byte helpers serve small
- * one-off buffers (offsetMsgId, host fields). 64-bit fields travel as two
- * 32-bit halves, never as a `BigInt`: offsets and timestamps are JS numbers,
- * exact up to 2^53.
+ * The read paths (checker, decoder) go through a `DataView` cached per
+ * buffer ({@link dataViewOf}): its accessors beat byte-by-byte access on V8
+ * and match it on JavaScriptCore. The encoder and `patchRecord` keep views
+ * of their own, so a read between two puts does not evict the segment's.
+ * The byte-by-byte helpers serve small one-off buffers (offsetMsgId, host
+ * fields). 64-bit fields travel as two 32-bit halves, never as a `BigInt`:
+ * offsets and timestamps are JS numbers, exact up to 2^53.
  *
  * Callers check bounds; these helpers do not.
  *
@@ -62,10 +63,10 @@ let lastView: DataView | undefined;
 
 /**
  * A `DataView` over exactly the bytes of `bytes`, cached for the last
- * array asked about: encoders and scans work on one buffer for many
- * records, and `DataView` accessors beat byte-by-byte access on V8. The
- * caller must not pass a detached buffer (check `bytes.length` first:
- * creating a view over one throws).
+ * array asked about: scans work on one buffer for many records, and
+ * `DataView` accessors beat byte-by-byte access on V8. The caller must not
+ * pass a detached buffer (check `bytes.length` first: creating a view over
+ * one throws).
  *
  * @param bytes The array.
  * @returns Its view.

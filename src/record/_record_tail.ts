@@ -143,6 +143,9 @@ export class RecordTail {
    */
   setProperties(input: PropertiesInput | undefined): number {
     let p = PROPERTIES_START;
+    const names = this.#names;
+    const values = this.#values;
+    const ends = this.#ends;
     this.#same = 0;
     this.#count = 0;
     if (input === undefined) {
@@ -154,9 +157,18 @@ export class RecordTail {
         if (!Array.isArray(pair)) {
           throw new TypeError(`Property pair ${i} must be a [name, value] array`);
         }
-        p = this.#pair(i, pair[0], pair[1], p);
+        const name = pair[0];
+        const value = pair[1];
+        // The unchanged leading pairs, inline (see #pair): no call for them.
+        if (i === this.#same && i < this.#valid && name === names[i] && value === values[i]) {
+          p = ends[i]!;
+          this.#same = i + 1;
+          continue;
+        }
+        p = this.#pair(i, name, value, p);
         if (p < 0) return p;
       }
+      this.#count = pairs.length;
     } else if (input instanceof Map) {
       let i = 0;
       for (const [name, value] of input as ReadonlyMap<string, string>) {
@@ -167,9 +179,17 @@ export class RecordTail {
       const record = input as Readonly<Record<string, string>>;
       let i = 0;
       for (const name in record) {
-        p = this.#pair(i++, name, record[name], p);
+        const value = record[name];
+        // The unchanged leading pairs, inline (see #pair): no call for them.
+        if (i === this.#same && i < this.#valid && name === names[i] && value === values[i]) {
+          p = ends[i]!;
+          this.#same = ++i;
+          continue;
+        }
+        p = this.#pair(i++, name, value, p);
         if (p < 0) return p;
       }
+      this.#count = i;
     } else {
       throw new TypeError(
         `Properties must be an object, a Map or an array of pairs, not ${typeof input}`,

@@ -18,7 +18,7 @@
 
 import type { MqStoreError } from "../errors.ts";
 import { AssertionError } from "../assert.ts";
-import { dataViewOf, setInt64 } from "./_bytes.ts";
+import { setInt64, writeInt32 } from "./_bytes.ts";
 import {
   BLANK_MAGIC_CODE,
   BLANK_RECORD_SIZE_BYTES,
@@ -116,6 +116,12 @@ export class MessageEncoder {
   readonly #layout: MessageLayout = createLayout();
   /** Clock for missing bornTimestamps. */
   readonly #now: () => number;
+  /** The array {@link #view} is over (the segment or scratch written last). */
+  #viewBytes: Uint8Array = new Uint8Array(0);
+  /** A view of {@link #viewBytes}, made once per destination array. */
+  #view: DataView = new DataView(this.#viewBytes.buffer);
+  /** `#viewBytes.length` when the view was made: a detached array reads 0. */
+  #viewLength = 0;
 
   /**
    * Creates an encoder.
@@ -222,7 +228,7 @@ export class MessageEncoder {
     const body = message.body;
     const bodyBytes = body.length;
     const p = position;
-    const d = dataViewOf(bytes);
+    const d = this.#viewOf(bytes);
     d.setInt32(p + TOTAL_SIZE_POSITION, size);
     d.setInt32(p + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
     d.setInt32(p + BODY_CRC_POSITION, bodyCrc(body));
@@ -268,7 +274,28 @@ export class MessageEncoder {
     }
     return size;
   }
+
+  /**
+   * A `DataView` of `bytes`, cached for the array written last. The
+   * encoder keeps its own rather than sharing `dataViewOf`'s: the readers
+   * (decoder, lazy messages) would otherwise evict the segment's view
+   * between two puts, and comparing a cached length costs less than
+   * `DataView#byteLength`, a getter call on V8.
+   */
+  #viewOf(bytes: Uint8Array): DataView {
+    if (bytes !== this.#viewBytes || bytes.length !== this.#viewLength) {
+      this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+      this.#viewBytes = bytes;
+      this.#viewLength = bytes.length;
+    }
+    return this.#view;
+  }
 }
+
+/** The array {@link patchRecord} wrote last, its view and its length then. */
+let patchBytes: Uint8Array = new Uint8Array(0);
+let patchView: DataView = new DataView(patchBytes.buffer);
+let patchLength = 0;
 
 /**
  * Size of a MESSAGE record (RocketMQ's `calMsgLength`): 91 bytes plus 12 per
@@ -349,7 +376,13 @@ export function patchRecord(
         `physicalOffset ${physicalOffset}, storeTimestamp ${storeTimestamp})`,
     );
   }
-  const d = dataViewOf(bytes);
+  // A view of its own, for the same reasons as the encoder's.
+  if (bytes !== patchBytes || bytes.length !== patchLength) {
+    patchView = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+    patchBytes = bytes;
+    patchLength = bytes.length;
+  }
+  const d = patchView;
   setInt64(d, position + QUEUE_OFFSET_POSITION, queueOffset);
   setInt64(d, position + PHYSICAL_OFFSET_POSITION, physicalOffset);
   const sysFlag = bytes[position + SYS_FLAG_POSITION + 3]!;
@@ -379,9 +412,9 @@ export function writeBlankRecord(bytes: Uint8Array, position: number, size: numb
   if (!(position >= 0 && position + BLANK_RECORD_SIZE_BYTES <= bytes.length)) {
     throw new RangeError(`A BLANK record at ${position} does not fit in ${bytes.length} bytes`);
   }
-  const d = dataViewOf(bytes);
-  d.setInt32(position + TOTAL_SIZE_POSITION, size);
-  d.setInt32(position + MAGIC_POSITION, BLANK_MAGIC_CODE);
+  // Once per segment: byte stores, no view.
+  writeInt32(bytes, position + TOTAL_SIZE_POSITION, size);
+  writeInt32(bytes, position + MAGIC_POSITION, BLANK_MAGIC_CODE);
 }
 
 const sharedEncoder = new MessageEncoder();

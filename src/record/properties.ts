@@ -62,6 +62,10 @@ const PROBLEMS: Readonly<Record<number, PropertiesProblem>> = {
 const HAS_SEPARATOR = -1;
 /** {@link writeString} result: the string holds a lone surrogate. */
 const HAS_LONE_SURROGATE = -2;
+/** First ASCII char that is neither 0x00 nor a separator. */
+const ASCII_PLAIN_MIN = PROPERTY_SEPARATOR + 1;
+/** `c - ASCII_PLAIN_MIN` of the last ASCII char (0x7F). */
+const ASCII_PLAIN_SPAN = 0x7F - ASCII_PLAIN_MIN;
 
 /**
  * Writes `text` as UTF-8 at `into[position]` in the same pass that looks for
@@ -74,12 +78,16 @@ function writeString(text: string, into: Uint8Array, position: number): number {
   const limit = into.length - 4;
   let p = position;
   let i = 0;
-  // ASCII fast path while the worst case (3 bytes a char) surely fits.
+  // ASCII fast path while the worst case (3 bytes a char) surely fits. One
+  // unsigned comparison per character tells the common one (0x03–0x7F)
+  // from the rest: 0x00, the two separators, and non-ASCII.
   if (p + 3 * length <= limit) {
     for (; i < length; i++) {
       const c = text.charCodeAt(i);
-      if (c >= 0x80) break;
-      if (c === NAME_VALUE_SEPARATOR || c === PROPERTY_SEPARATOR) return HAS_SEPARATOR;
+      if (((c - ASCII_PLAIN_MIN) >>> 0) > ASCII_PLAIN_SPAN) {
+        if (c >= 0x80) break;
+        if (c !== 0) return HAS_SEPARATOR;
+      }
       into[p++] = c;
     }
   }
