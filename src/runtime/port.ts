@@ -257,7 +257,11 @@ export const FILE_DATA_RANGES_MAX = 0x400;
  * ```
  */
 export interface DiskSpace {
-  /** Size of the file system. */
+  /**
+   * Bytes in use plus {@link DiskSpace.availableBytes}: the file system's
+   * size less the blocks reserved for the superuser, as `df` and RocketMQ
+   * 4.9's disk ratio count it.
+   */
   totalBytes: number;
   /** Bytes available to this (unprivileged) process. */
   availableBytes: number;

@@ -138,9 +138,10 @@ export interface MessageStoreOptions {
    */
   osPageCacheBusyTimeOutMills?: number;
   /**
-   * Disk use (percent of the file system holding the store) above which
-   * puts are refused with SERVICE_NOT_AVAILABLE; accepted again once use
-   * falls back under it.
+   * Disk use (percent of the file system holding the store, counted as
+   * `df`'s Use%: used over used + available, blocks reserved for the
+   * superuser left out) above which puts are refused with
+   * SERVICE_NOT_AVAILABLE; accepted again once use falls back under it.
    *
    * @default {75}
    */
