@@ -161,29 +161,29 @@ function hashKeys(
  */
 export class DispatchHints {
   /** Record offset. */
-  offsets: Float64Array;
+  offsets!: Float64Array;
   /** Record size (0: decode this record). */
-  sizes: Int32Array;
+  sizes!: Int32Array;
   /** queueOffset field. */
-  queueOffsets: Float64Array;
+  queueOffsets!: Float64Array;
   /** storeTimestamp, ms. */
-  storeTimestamps: Float64Array;
+  storeTimestamps!: Float64Array;
   /** The consume-queue tagsCode (staged: the TAGS hash). */
-  tagsCodes: Float64Array;
+  tagsCodes!: Float64Array;
   /** Staged only: the schedule topic's delay, ms (-1: none). */
-  delaysMs: Float64Array;
+  delaysMs!: Float64Array;
   /** sysFlag's transaction bits. */
-  transactionTypes: Int32Array;
+  transactionTypes!: Int32Array;
   /** queueId field. */
-  queueIds: Int32Array;
+  queueIds!: Int32Array;
   /** Key hashes in `keyHashes` from `slot * HINT_KEYS_MAX` (0 when not indexed). */
-  keyCounts: Int32Array;
+  keyCounts!: Int32Array;
   /** `javaHashCode(topic + "#" + key)` of each index key, `indexKeysOf` order. */
-  keyHashes: Int32Array;
+  keyHashes!: Int32Array;
   /** The topic (the caller's string). */
-  topics: string[];
+  topics!: string[];
   /** The queue's counter (its `dispatchCache` holds the consume queue); unset without a unit. */
-  counters: (QueueCounter | undefined)[];
+  counters!: (QueueCounter | undefined)[];
 
   readonly #capacity: number;
   readonly #withKeys: boolean;
@@ -235,6 +235,11 @@ export class DispatchHints {
     this.#delayLevelsMs = options.delayLevelsMs ?? DELAY_LEVELS_DEFAULT_MS;
     const slots = Math.min(INITIAL_SLOTS, capacity);
     this.#mask = slots - 1;
+    this.#allocate(slots);
+  }
+
+  /** Gives every per-slot array `slots` empty slots (construction, {@link #grow}). */
+  #allocate(slots: number): void {
     this.offsets = new Float64Array(slots);
     this.sizes = new Int32Array(slots);
     this.queueOffsets = new Float64Array(slots);
@@ -522,18 +527,7 @@ export class DispatchHints {
       topics: this.topics,
       counters: this.counters,
     };
-    this.offsets = new Float64Array(larger);
-    this.sizes = new Int32Array(larger);
-    this.queueOffsets = new Float64Array(larger);
-    this.storeTimestamps = new Float64Array(larger);
-    this.tagsCodes = new Float64Array(larger);
-    this.delaysMs = new Float64Array(larger);
-    this.transactionTypes = new Int32Array(larger);
-    this.queueIds = new Int32Array(larger);
-    this.keyCounts = new Int32Array(larger);
-    this.keyHashes = new Int32Array(larger * HINT_KEYS_MAX);
-    this.topics = new Array<string>(larger).fill("");
-    this.counters = new Array<QueueCounter | undefined>(larger).fill(undefined);
+    this.#allocate(larger);
     // Every slot in use: the committed hints and those staged so far.
     for (let index = from; index < to; index++) {
       const a = index & this.#mask;
