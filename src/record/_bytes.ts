@@ -58,25 +58,46 @@ export function readInt64(bytes: Uint8Array, position: number): number {
   return readInt32(bytes, position) * TWO_POW_32 + readUint32(bytes, position + 4);
 }
 
-let lastBytes: Uint8Array | undefined;
-let lastView: DataView | undefined;
+/**
+ * A `DataView` over exactly the bytes of the array asked about last: code
+ * that works on one buffer for many records makes the view once. The
+ * cached length is compared rather than `DataView#byteLength` (a getter
+ * call on V8; a detached array's length reads 0, so it is never reused).
+ */
+export class DataViewCache {
+  #bytes: Uint8Array = new Uint8Array(0);
+  #view: DataView = new DataView(this.#bytes.buffer);
+  #length = 0;
+
+  /**
+   * The view of `bytes`, made when it is not the array asked about last.
+   * The caller must not pass a detached buffer (creating a view over one
+   * throws).
+   */
+  of(bytes: Uint8Array): DataView {
+    if (bytes !== this.#bytes || bytes.length !== this.#length) {
+      this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+      this.#bytes = bytes;
+      this.#length = bytes.length;
+    }
+    return this.#view;
+  }
+}
+
+const sharedViews = new DataViewCache();
 
 /**
- * A `DataView` over exactly the bytes of `bytes`, cached for the last
- * array asked about: scans work on one buffer for many records, and
- * `DataView` accessors beat byte-by-byte access on V8. The caller must not
- * pass a detached buffer (check `bytes.length` first: creating a view over
- * one throws).
+ * A `DataView` over exactly the bytes of `bytes`, from one cache shared by
+ * the readers: scans work on one buffer for many records, and `DataView`
+ * accessors beat byte-by-byte access on V8. The caller must not pass a
+ * detached buffer (check `bytes.length` first: creating a view over one
+ * throws).
  *
  * @param bytes The array.
  * @returns Its view.
  */
 export function dataViewOf(bytes: Uint8Array): DataView {
-  if (bytes !== lastBytes || lastView!.byteLength !== bytes.length) {
-    lastView = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
-    lastBytes = bytes;
-  }
-  return lastView!;
+  return sharedViews.of(bytes);
 }
 
 /** Reads a big-endian int64 through a `DataView` (see {@link readInt64}). */

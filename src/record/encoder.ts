@@ -18,7 +18,7 @@
 
 import type { MqStoreError } from "../errors.ts";
 import { AssertionError } from "../assert.ts";
-import { setInt64, writeInt32 } from "./_bytes.ts";
+import { DataViewCache, setInt64, writeInt32 } from "./_bytes.ts";
 import {
   BLANK_MAGIC_CODE,
   BLANK_RECORD_SIZE_BYTES,
@@ -116,12 +116,13 @@ export class MessageEncoder {
   readonly #layout: MessageLayout = createLayout();
   /** Clock for missing bornTimestamps. */
   readonly #now: () => number;
-  /** The array {@link #view} is over (the segment or scratch written last). */
-  #viewBytes: Uint8Array = new Uint8Array(0);
-  /** A view of {@link #viewBytes}, made once per destination array. */
-  #view: DataView = new DataView(this.#viewBytes.buffer);
-  /** `#viewBytes.length` when the view was made: a detached array reads 0. */
-  #viewLength = 0;
+  /**
+   * Views of the destination (the segment or scratch written last). The
+   * encoder keeps its own rather than sharing `dataViewOf`'s: the readers
+   * (decoder, lazy messages) would otherwise evict the segment's view
+   * between two puts.
+   */
+  readonly #views = new DataViewCache();
 
   /**
    * Creates an encoder.
@@ -228,7 +229,7 @@ export class MessageEncoder {
     const body = message.body;
     const bodyBytes = body.length;
     const p = position;
-    const d = this.#viewOf(bytes);
+    const d = this.#views.of(bytes);
     d.setInt32(p + TOTAL_SIZE_POSITION, size);
     d.setInt32(p + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
     d.setInt32(p + BODY_CRC_POSITION, bodyCrc(body));
@@ -274,28 +275,10 @@ export class MessageEncoder {
     }
     return size;
   }
-
-  /**
-   * A `DataView` of `bytes`, cached for the array written last. The
-   * encoder keeps its own rather than sharing `dataViewOf`'s: the readers
-   * (decoder, lazy messages) would otherwise evict the segment's view
-   * between two puts, and comparing a cached length costs less than
-   * `DataView#byteLength`, a getter call on V8.
-   */
-  #viewOf(bytes: Uint8Array): DataView {
-    if (bytes !== this.#viewBytes || bytes.length !== this.#viewLength) {
-      this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
-      this.#viewBytes = bytes;
-      this.#viewLength = bytes.length;
-    }
-    return this.#view;
-  }
 }
 
-/** The array {@link patchRecord} wrote last, its view and its length then. */
-let patchBytes: Uint8Array = new Uint8Array(0);
-let patchView: DataView = new DataView(patchBytes.buffer);
-let patchLength = 0;
+/** Views of the array {@link patchRecord} wrote last (its own, as the encoder's). */
+const patchViews = new DataViewCache();
 
 /**
  * Size of a MESSAGE record (RocketMQ's `calMsgLength`): 91 bytes plus 12 per
@@ -376,13 +359,7 @@ export function patchRecord(
         `physicalOffset ${physicalOffset}, storeTimestamp ${storeTimestamp})`,
     );
   }
-  // A view of its own, for the same reasons as the encoder's.
-  if (bytes !== patchBytes || bytes.length !== patchLength) {
-    patchView = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
-    patchBytes = bytes;
-    patchLength = bytes.length;
-  }
-  const d = patchView;
+  const d = patchViews.of(bytes);
   setInt64(d, position + QUEUE_OFFSET_POSITION, queueOffset);
   setInt64(d, position + PHYSICAL_OFFSET_POSITION, physicalOffset);
   const sysFlag = bytes[position + SYS_FLAG_POSITION + 3]!;
