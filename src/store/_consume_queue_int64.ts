@@ -18,17 +18,3 @@ export function writeInt64(view: DataView, position: number, value: number): voi
 export function readInt64(view: DataView, position: number): number {
   return view.getInt32(position) * TWO_POW_32 + view.getUint32(position + 4);
 }
-
-/** Writes an int32 big-endian at `bytes[at]` (byte stores: no DataView, no native call). */
-export function putInt32(bytes: Uint8Array, at: number, value: number): void {
-  bytes[at] = value >>> 24;
-  bytes[at + 1] = value >>> 16;
-  bytes[at + 2] = value >>> 8;
-  bytes[at + 3] = value;
-}
-
-/** Writes a safe integer (possibly negative) as a big-endian int64 at `bytes[at]`. */
-export function putInt64(bytes: Uint8Array, at: number, value: number): void {
-  putInt32(bytes, at, Math.floor(value / TWO_POW_32));
-  putInt32(bytes, at + 4, value >>> 0);
-}

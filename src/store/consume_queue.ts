@@ -37,6 +37,8 @@
 
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
+// Byte stores of the unit written in place (no view of the mapping).
+import { writeInt32 as putInt32, writeInt64 as putInt64 } from "../record/mod.ts";
 import type { RuntimePort } from "../runtime/port.ts";
 import type { Clock } from "../segment/clock.ts";
 import type { AppendOutcome, AppendTarget, MappedFile } from "../segment/mapped_file.ts";
@@ -49,7 +51,7 @@ import {
   CQ_UNIT_TAGS_CODE_POSITION,
   MAPPED_FILE_SIZE_CONSUME_QUEUE_DEFAULT,
 } from "./_consume_queue_constants.ts";
-import { putInt32, putInt64, readInt64, writeInt64 } from "./_consume_queue_int64.ts";
+import { readInt64, writeInt64 } from "./_consume_queue_int64.ts";
 import type { ConsumeQueueAllocator } from "./_consume_queue_allocator.ts";
 import { joinPath, segmentFileName } from "../segment/_file_name.ts";
 
