@@ -620,12 +620,11 @@ export class MessageStore {
     const append = result.appendResult;
     if (append !== undefined) {
       const end = append.wroteOffset + append.wroteBytes;
+      // A flushed SYNC put is dispatched when the group commit reports its
+      // flush (once the next flush has begun: see its module doc).
       if (!this.#sync) {
         this.#dispatcher.dispatchNow();
-      } else if (this.#commitLog.flushedOffset >= end) {
-        // The group commit reports the flush (and wakes the dispatcher)
-        // once the next flush has begun: see its module doc.
-      } else {
+      } else if (this.#commitLog.flushedOffset < end) {
         // WAIT=false or a flush timeout: dispatch once it is durable.
         this.#commitLog.whenFlushed(end).then(() => this.#dispatcher.dispatchNow(), () => {});
       }
