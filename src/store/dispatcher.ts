@@ -52,6 +52,7 @@ import {
   hasConsumeQueueEntry,
   MAGIC_POSITION,
   MESSAGE_MAGIC_CODE,
+  readInt32,
   RecordChecker,
 } from "../record/mod.ts";
 import type { MappedFile } from "../segment/mapped_file.ts";
@@ -514,8 +515,8 @@ export class Dispatcher {
         if (slot >= 0) {
           const size = hints.sizes[slot]!;
           if (
-            at + size <= length && int32At(bytes, at) === size &&
-            int32At(bytes, at + MAGIC_POSITION) === MESSAGE_MAGIC_CODE
+            at + size <= length && readInt32(bytes, at) === size &&
+            readInt32(bytes, at + MAGIC_POSITION) === MESSAGE_MAGIC_CODE
           ) {
             if (!this.#dispatchHintNow(hints, slot, recordOffset, size)) {
               const withKeys = indexed && recordOffset > this.#indexSkipThrough;
@@ -689,11 +690,6 @@ function pendingOf(view: DispatchView): PendingRecord {
     keyHashes: view.keyHashes.slice(0, view.keyCount),
     hinted: false,
   };
-}
-
-/** The int32 at `bytes[at]` (big-endian). */
-function int32At(bytes: Uint8Array, at: number): number {
-  return (bytes[at]! << 24) | (bytes[at + 1]! << 16) | (bytes[at + 2]! << 8) | bytes[at + 3]!;
 }
 
 /** What hint `slot` says of the record at `offset`, to dispatch after I/O. */
