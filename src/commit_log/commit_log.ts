@@ -39,8 +39,6 @@
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
 import {
-  MAGIC_POSITION,
-  MESSAGE_MAGIC_CODE,
   MessageEncoder,
   type MessageInput,
   patchRecord,
@@ -71,6 +69,7 @@ import { type QueueCounter, TopicQueueTable } from "./topic_queue_table.ts";
 import { delayLevelOf, propertyOf, rewriteDelay } from "./_delay.ts";
 import { SCAN_WINDOW_BYTES_DEFAULT, scanCommitLog, type ScanResult } from "./_recovery.ts";
 import { timestampStartIndex } from "./timestamp_start.ts";
+import { BatchEncoder } from "./_batch_encoder.ts";
 
 /**
  * How the commit log is made durable: `ASYNC_FLUSH` answers a put once it
@@ -226,15 +225,6 @@ function typeName(value: unknown): string {
   return value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
 }
 
-/** Writes the magic code of the record at `bytes[position]`. */
-function writeMagic(bytes: Uint8Array, position: number, magic: number): void {
-  const at = position + MAGIC_POSITION;
-  bytes[at] = magic >>> 24;
-  bytes[at + 1] = magic >>> 16;
-  bytes[at + 2] = magic >>> 8;
-  bytes[at + 3] = magic;
-}
-
 /**
  * The commit log of one store. Created by the store, which loads and
  * recovers it, starts it, and closes it.
@@ -261,6 +251,8 @@ export class CommitLog {
   #pool: TransientStorePool | undefined;
   #allocator: AllocateMappedFileService | undefined;
   #encoder: MessageEncoder;
+  /** Encodes putMessages batches (with {@link #encoder} for what it does not take). */
+  #batchEncoder: BatchEncoder;
   /** Where appended records are described for the dispatcher. */
   #hints: DispatchHints | undefined;
   /** Where records are encoded when they cannot go straight into a segment. */
@@ -423,6 +415,7 @@ export class CommitLog {
       // about 100 ns on Deno).
       now: () => this.#bornNowMs,
     });
+    this.#batchEncoder = new BatchEncoder(this.#encoder);
     // A batch is encoded record after record: each at most recordMax, the
     // total too, so twice that always holds the one that crosses the limit.
     this.#scratch = new Uint8Array(2 * this.#recordMax);
@@ -1061,15 +1054,10 @@ export class CommitLog {
 
   /**
    * Checks the members of a batch and encodes them one after the other
-   * from `bytes[start]`, staging a dispatch hint for each, and sets
-   * {@link #batchWait}. The batch may use `bytes[start, end)`: a batch
-   * that would cross `end` is over maxMessageSize.
-   *
-   * Until every member is encoded the first record's magic code stays 0,
-   * so that a crash in between leaves nothing a recovery could take for a
-   * record (when `bytes` is a mapped segment); a refused batch zeroes what
-   * it wrote, leaving the bytes as they were (a segment's unwritten tail
-   * is zeros).
+   * from `bytes[start]` (see BatchEncoder.encode), staging a dispatch hint
+   * for each, and sets {@link #batchWait}. The batch may use
+   * `bytes[start, end)`: a batch that would cross `end` is over
+   * maxMessageSize; a refused batch leaves the bytes as they were.
    *
    * @returns The batch's size in bytes, or why it is refused.
    */
@@ -1079,90 +1067,10 @@ export class CommitLog {
     start: number,
     end: number,
   ): number | MqStoreError {
-    const first = messages[0]!;
-    const encoder = this.#encoder;
-    const hints = this.#hints;
-    hints?.beginStage();
-    let wait = this.#sync;
-    let position = start;
-    let error: MqStoreError | undefined;
-    let encoded = false;
-    try {
-      for (let i = 0; i < messages.length; i++) {
-        const message = messages[i]!;
-        error = this.#checkBatchMember(message, first, i);
-        if (error !== undefined) break;
-        const properties = message.properties;
-        if (
-          wait && properties !== undefined && properties !== null &&
-          propertyOf(properties, PROPERTY_WAIT) === "false"
-        ) {
-          wait = false;
-        }
-        // The first message's sysFlag, bornTimestamp (the put's start when it
-        // has none), hosts and reconsumeTimes are every record's: read from
-        // it, not from a merged copy of each message (a spread per message
-        // cost Node more than the encoding).
-        const size = encoder.encodeBefore(message, bytes, position, end, first);
-        if (typeof size !== "number") {
-          error = new MqStoreError(size.code, `Message ${i} of the batch: ${size.message}`);
-          break;
-        }
-        if (position + size > end) {
-          error = new MqStoreError(
-            "MESSAGE_ILLEGAL",
-            `The batch is over ${
-              position + size - start
-            } bytes at message ${i}, maxMessageSize is ${this.#recordMax} bytes`,
-          );
-          break;
-        }
-        if (i === 0) writeMagic(bytes, start, 0);
-        position += size;
-        hints?.stage(message.topic, message.queueId, encoder.lastTail);
-      }
-      encoded = error === undefined;
-    } finally {
-      // Refused, or a member of the wrong type threw: undo what was written.
-      if (!encoded) bytes.fill(0, start, position);
-    }
-    if (error !== undefined) return error;
-    writeMagic(bytes, start, MESSAGE_MAGIC_CODE);
-    this.#batchWait = wait;
-    return position - start;
-  }
-
-  #checkBatchMember(
-    message: MessageInput,
-    first: MessageInput,
-    index: number,
-  ): MqStoreError | undefined {
-    if (message.topic !== first.topic || message.queueId !== first.queueId) {
-      return new MqStoreError(
-        "MESSAGE_ILLEGAL",
-        `Message ${index} of the batch goes to ${message.topic}/${message.queueId}; a batch goes to one queue (${first.topic}/${first.queueId})`,
-      );
-    }
-    const sysFlag = message.sysFlag;
-    if (typeof sysFlag === "number" && (sysFlag & SYS_FLAG_TRANSACTION_MASK) !== 0) {
-      return new MqStoreError(
-        "MESSAGE_ILLEGAL",
-        `Message ${index} of the batch has transaction type 0x${
-          (sysFlag & SYS_FLAG_TRANSACTION_MASK).toString(16)
-        }; a batch cannot hold transaction messages`,
-      );
-    }
-    const properties = message.properties;
-    if (properties !== undefined && properties !== null) {
-      const delay = propertyOf(properties, PROPERTY_DELAY);
-      if (delay !== undefined) {
-        return new MqStoreError(
-          "MESSAGE_ILLEGAL",
-          `Message ${index} of the batch has DELAY "${delay}"; a batch cannot hold delayed messages`,
-        );
-      }
-    }
-    return undefined;
+    const batch = this.#batchEncoder;
+    const size = batch.encode(messages, bytes, start, end, this.#hints, this.#sync);
+    this.#batchWait = batch.wait;
+    return size;
   }
 
   /**
@@ -1358,13 +1266,41 @@ export class CommitLog {
       if (hinted) {
         hints!.publish(0, offset, size, queueOffset, nowMs, sysFlagAt(bytes, index), counter);
       }
+    } else if (
+      this.#batchEncoder.count === count &&
+      (this.#curBatch !== undefined || this.#curSource === this.#scratch)
+    ) {
+      // The batch just encoded (in place, or into the scratch and copied
+      // now): its encoder knows the record sizes.
+      const batch = this.#batchEncoder;
+      batch.patch(bytes, index, queueOffset, offset, nowMs);
+      const sizes = batch.sizes;
+      const offsets = new Array<number>(count);
+      let at = offset;
+      for (let i = 0; i < count; i++) {
+        offsets[i] = at;
+        at += sizes[i]!;
+      }
+      if (at !== offset + size) assert(false, `batch records add up to ${size} bytes`);
+      if (hinted) {
+        hints!.publishRun(
+          count,
+          offset,
+          sizes,
+          queueOffset,
+          nowMs,
+          sysFlagAt(bytes, index),
+          counter,
+        );
+      }
+      this.#curBatchOffsets = offsets;
     } else {
-      const offsets: number[] = [];
+      const offsets = new Array<number>(count);
       let position = index;
       for (let i = 0; i < count; i++) {
         const recordSize = (bytes[position]! << 24) | (bytes[position + 1]! << 16) |
           (bytes[position + 2]! << 8) | bytes[position + 3]!;
-        offsets.push(offset + position - index);
+        offsets[i] = offset + position - index;
         patchRecord(bytes, position, queueOffset + i, offset + position - index, nowMs);
         if (hinted) {
           hints!.publish(

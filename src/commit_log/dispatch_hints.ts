@@ -459,6 +459,54 @@ export class DispatchHints {
   }
 
   /**
+   * {@link publish} for the `count` staged records of a batch at once:
+   * consecutive records of one queue with consecutive queue offsets, one
+   * store timestamp and one sysFlag.
+   *
+   * @param count Records of the batch (from the put's first).
+   * @param offset The first record's commit-log offset.
+   * @param sizes The records' sizes (the first `count`).
+   * @param queueOffset The first record's queueOffset field.
+   * @param storeTimestamp Their storeTimestamp.
+   * @param sysFlag Their sysFlag (the transaction bits count).
+   * @param counter The queue's counter, when the records get consume-queue units.
+   */
+  publishRun(
+    count: number,
+    offset: number,
+    sizes: Int32Array,
+    queueOffset: number,
+    storeTimestamp: number,
+    sysFlag: number,
+    counter: QueueCounter | undefined,
+  ): void {
+    if (this.#stageFull) return;
+    const n = Math.min(count, this.#staged);
+    const transactionType = sysFlag & SYS_FLAG_TRANSACTION_MASK;
+    const rollback = transactionType === TRANSACTION_ROLLBACK_TYPE;
+    const mask = this.#mask;
+    const tail = this.#tail;
+    const keyCounts = this.keyCounts;
+    let at = offset;
+    for (let i = 0; i < n; i++) {
+      const slot = (tail + i) & mask;
+      const size = sizes[i]!;
+      this.offsets[slot] = at;
+      const keyCount = keyCounts[slot]!;
+      // A hint the record cannot have: size 0 sends the dispatcher to the decode.
+      this.sizes[slot] = keyCount === NO_HINT ? 0 : size;
+      if (rollback && keyCount > 0) keyCounts[slot] = 0;
+      this.queueOffsets[slot] = queueOffset + i;
+      this.storeTimestamps[slot] = storeTimestamp;
+      const delayMs = this.delaysMs[slot]!;
+      if (delayMs >= 0) this.tagsCodes[slot] = storeTimestamp + delayMs;
+      this.transactionTypes[slot] = transactionType;
+      this.counters[slot] = counter;
+      at += size;
+    }
+  }
+
+  /**
    * Makes the `count` records of the put visible to the dispatcher, once
    * they are appended; nothing when the put staged another number of
    * records (it did not stage them all) or a record found no slot.
@@ -503,6 +551,19 @@ export class DispatchHints {
   /** Drops the oldest hint (the one {@link find} returned, now dispatched or copied). */
   consume(): void {
     if (this.#head < this.#tail) this.#head++;
+  }
+
+  /**
+   * The slot of the `k`-th hint from the oldest (0: the one {@link find}
+   * returned), for `k` below {@link length}.
+   */
+  slotAt(k: number): number {
+    return (this.#head + k) & this.#mask;
+  }
+
+  /** Drops the `count` oldest hints (a run the dispatcher dispatched). */
+  consumeRun(count: number): void {
+    this.#head = Math.min(this.#head + count, this.#tail);
   }
 
   /** Doubles the slots, up to the capacity; false when at it. */

@@ -553,6 +553,96 @@ export class ConsumeQueue {
     return unit;
   };
 
+  /**
+   * {@link putUnitNow} for `count` units of consecutive queue offsets
+   * from `queueOffset` (the records of a batch): one append for as many as
+   * the last file takes.
+   *
+   * @param count Units in the arrays (from index 0).
+   * @param queueOffset The first unit's queue offset.
+   * @param offsets The records' commit-log offsets, increasing.
+   * @param sizes Their sizes.
+   * @param tagsCodes Their tagsCodes.
+   * @returns Units written, from the first; 0, writing nothing, when the
+   *   first is not putUnitNow's usual case (a repeat, a gap, a new file,
+   *   no mapping, units in memory): the caller puts them one by one.
+   * @throws {RangeError} For a unit putUnit refuses (nothing written).
+   */
+  putUnitsNow(
+    count: number,
+    queueOffset: number,
+    offsets: Float64Array,
+    sizes: Int32Array,
+    tagsCodes: Float64Array,
+  ): number {
+    if (count <= 0 || this.#inMemory !== undefined || this.#putting) return 0;
+    const file = this.#queue.lastFile;
+    if (file === undefined || file.isFull || file.writeMode !== "mapping") return 0;
+    if (offsets[0]! + sizes[0]! <= this.#maxPhysicOffset) return 0;
+    if (queueOffset * CQ_UNIT_SIZE_BYTES !== file.fileFromOffset + file.wrotePosition) return 0;
+    const room = Math.floor((this.fileSizeBytes - file.wrotePosition) / CQ_UNIT_SIZE_BYTES);
+    const n = Math.min(count, room);
+    let end = this.#maxPhysicOffset;
+    for (let i = 0; i < n; i++) {
+      const offset = offsets[i]!;
+      checkUnit(offset, sizes[i]!, tagsCodes[i]!, queueOffset + i);
+      // Units follow the commit log: each record after the one before.
+      if (offset < end) {
+        throw new RangeError(
+          `Commit-log offset ${offset} of queue offset ${
+            queueOffset + i
+          } is before ${end}, the end of the unit before it`,
+        );
+      }
+      end = offset + sizes[i]!;
+    }
+    const run = this.#run;
+    run.wroteBytes = n * CQ_UNIT_SIZE_BYTES;
+    run.storeTimestampMs = file.storeTimestampMs;
+    run.offsets = offsets;
+    run.sizes = sizes;
+    run.tagsCodes = tagsCodes;
+    file.append(this.#writeRun);
+    this.#maxPhysicOffset = end;
+    if (
+      file.wrotePosition >= this.#prepareAtPosition && this.#preparedAfter !== file.fileFromOffset
+    ) {
+      this.#prepareAfter(file);
+    }
+    return n;
+  }
+
+  /** The units putUnitsNow writes, and the append outcome it reports. */
+  readonly #run: {
+    wroteBytes: number;
+    storeTimestampMs: number;
+    offsets: Float64Array;
+    sizes: Int32Array;
+    tagsCodes: Float64Array;
+  } = {
+    wroteBytes: 0,
+    storeTimestampMs: 0,
+    offsets: new Float64Array(0),
+    sizes: new Int32Array(0),
+    tagsCodes: new Float64Array(0),
+  };
+
+  /** Writes the units {@link ConsumeQueue.#run} holds at the append target (a mapping). */
+  readonly #writeRun = (target: AppendTarget): AppendOutcome => {
+    const bytes = target.bytes;
+    const run = this.#run;
+    const { offsets, sizes, tagsCodes } = run;
+    const count = run.wroteBytes / CQ_UNIT_SIZE_BYTES;
+    let at = target.index;
+    for (let i = 0; i < count; i++) {
+      putInt64(bytes, at, offsets[i]!);
+      putInt32(bytes, at + CQ_UNIT_SIZE_POSITION, sizes[i]!);
+      putInt64(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, tagsCodes[i]!);
+      at += CQ_UNIT_SIZE_BYTES;
+    }
+    return run;
+  };
+
   /** Asks the allocator to create the file after `file` in the background. */
   #prepareAfter(file: MappedFile): void {
     this.#preparedAfter = file.fileFromOffset;

@@ -107,6 +107,11 @@ export interface DispatcherOptions {
  * faster than puts arrive.
  */
 const SLICE_RECORDS_MAX = 0x40;
+/**
+ * Records of a batch whose consume-queue units go in with one append, at
+ * most (a few pages of units).
+ */
+const RUN_RECORDS_MAX = 0x400;
 /** A BLANK record's header: int32 size, int32 magic. */
 const BLANK_HEADER_BYTES = 8;
 const BLANK_MAGIC = 0xCBD4_3194;
@@ -188,6 +193,12 @@ export class Dispatcher {
   #hints: DispatchHints | undefined;
   /** The key hashes of the hinted record being dispatched. */
   #hintKeys = new Int32Array(HINT_KEYS_MAX);
+  /** The records of a run of hints (see {@link Dispatcher.#dispatchHintRun}). */
+  #runOffsets = new Float64Array(RUN_RECORDS_MAX);
+  #runSizes = new Int32Array(RUN_RECORDS_MAX);
+  #runTagsCodes = new Float64Array(RUN_RECORDS_MAX);
+  /** Bytes of the records the last run dispatched. */
+  #runBytes = 0;
   /** Records dispatched from a hint, and decoded (tests, stats). */
   #hintedCount = 0;
   #decodedCount = 0;
@@ -518,6 +529,27 @@ export class Dispatcher {
             at + size <= length && readInt32(bytes, at) === size &&
             readInt32(bytes, at + MAGIC_POSITION) === MESSAGE_MAGIC_CODE
           ) {
+            // Records of one queue in a row (a batch's): their units in one
+            // append. The next hint says whether there is a run at all.
+            const left = maxRecords - this.#walkedRecords;
+            if (
+              left > 1 && hints.length > 1 &&
+              hints.counters[hints.slotAt(1)] === hints.counters[slot] &&
+              hints.offsets[hints.slotAt(1)] === recordOffset + size
+            ) {
+              const run = this.#dispatchHintRun(hints, slot, bytes, at, recordOffset, length, left);
+              if (run > 0 || this.#pending !== undefined) {
+                at += this.#runBytes;
+                this.#dispatched = rangeOffset + at;
+                if (this.#pending !== undefined) {
+                  this.#walkedRecords += run;
+                  return WALK_IO;
+                }
+                // The loop counts the last one.
+                this.#walkedRecords += run - 1;
+                continue;
+              }
+            }
             if (!this.#dispatchHintNow(hints, slot, recordOffset, size)) {
               const withKeys = indexed && recordOffset > this.#indexSkipThrough;
               // The hint stays: a slice drops its pending record, and the
@@ -643,6 +675,93 @@ export class Dispatcher {
     const base = slot * HINT_KEYS_MAX;
     for (let i = 0; i < keyCount; i++) keys[i] = hints.keyHashes[base + i]!;
     return index.buildIndexHashesNow(keys, keyCount, offset, hints.storeTimestamps[slot]!);
+  }
+
+  /**
+   * Dispatches the run of hinted records from `slot` (the oldest hint, for
+   * the record at `bytes[at]`, checked): consecutive records of one queue
+   * with consecutive queue offsets, each checked against its header, at
+   * most `maxCount`. Their units go in with one `putUnitsNow`, then their
+   * keys into the index one record at a time; a record whose keys need I/O
+   * becomes {@link Dispatcher.#pending} (its unit is in: the repeat is
+   * skipped). Sets {@link Dispatcher.#runBytes} to the bytes of the records
+   * dispatched.
+   *
+   * @returns Records dispatched (their hints consumed); 0 with no pending
+   *   record when there is no run: the caller dispatches the record alone.
+   */
+  #dispatchHintRun(
+    hints: DispatchHints,
+    slot: number,
+    bytes: Uint8Array,
+    at: number,
+    offset: number,
+    length: number,
+    maxCount: number,
+  ): number {
+    this.#runBytes = 0;
+    if (!hasConsumeQueueEntry(hints.transactionTypes[slot]!)) return 0;
+    const counter = hints.counters[slot];
+    const cq = counter?.dispatchCache as ConsumeQueue | undefined;
+    if (cq === undefined) return 0;
+    const queueOffset = hints.queueOffsets[slot]!;
+    const offsets = this.#runOffsets;
+    const sizes = this.#runSizes;
+    const tagsCodes = this.#runTagsCodes;
+    const limit = Math.min(maxCount, hints.length, RUN_RECORDS_MAX);
+    let count = 0;
+    let position = at;
+    let next = offset;
+    // Bounded by limit.
+    while (count < limit) {
+      const s = hints.slotAt(count);
+      const size = hints.sizes[s]!;
+      if (
+        hints.offsets[s] !== next || size === 0 || hints.counters[s] !== counter ||
+        hints.queueOffsets[s] !== queueOffset + count ||
+        !hasConsumeQueueEntry(hints.transactionTypes[s]!) ||
+        position + size > length || readInt32(bytes, position) !== size ||
+        readInt32(bytes, position + MAGIC_POSITION) !== MESSAGE_MAGIC_CODE
+      ) {
+        break;
+      }
+      offsets[count] = next;
+      sizes[count] = size;
+      tagsCodes[count] = hints.tagsCodes[s]!;
+      count++;
+      position += size;
+      next += size;
+    }
+    if (count < 2) return 0;
+    const put = cq.putUnitsNow(count, queueOffset, offsets, sizes, tagsCodes);
+    if (put === 0) return 0;
+    const index = this.#options.index;
+    let done = 0;
+    let bytesDone = 0;
+    for (; done < put; done++) {
+      const s = hints.slotAt(done);
+      const recordOffset = offsets[done]!;
+      const size = sizes[done]!;
+      const keyCount = hints.keyCounts[s]!;
+      if (index !== undefined && keyCount > 0 && recordOffset > this.#indexSkipThrough) {
+        const keys = this.#hintKeys;
+        const base = s * HINT_KEYS_MAX;
+        for (let i = 0; i < keyCount; i++) keys[i] = hints.keyHashes[base + i]!;
+        if (
+          !index.buildIndexHashesNow(keys, keyCount, recordOffset, hints.storeTimestamps[s]!)
+        ) {
+          // The hint stays (see #walk): the loop walks to it again.
+          this.#pending = pendingOfHint(hints, s, recordOffset, size, true);
+          break;
+        }
+      }
+      this.#lastTimestamp = hints.storeTimestamps[s]!;
+      bytesDone += size;
+    }
+    hints.consumeRun(done);
+    this.#hintedCount += done;
+    this.#runBytes = bytesDone;
+    return done;
   }
 
   /** Dispatches {@link Dispatcher.#pending}, awaiting its I/O, and moves past it. */

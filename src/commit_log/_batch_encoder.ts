@@ -1,0 +1,472 @@
+/**
+ * The encoder of `putMessages` batches (SPEC §3): one topic and queue, no
+ * transaction type and no DELAY inside; the first message's queueId,
+ * sysFlag, bornTimestamp, hosts and reconsumeTimes are every record's.
+ *
+ * ```
+ * member 0 ─► MessageEncoder.encodeBefore (every check)  ─► header words read back
+ * member i ─► same topic/queue, plain fields, no DELAY?  ─► fast: size, body CRC,
+ *               │                                            header words, body, tail
+ *               └─ anything else ─► member 0's path (the exact error, or the record)
+ * append   ─► patch(): queueOffset, physicalOffset, storeTimestamp from the sizes
+ * ```
+ *
+ * Running each member through the single-message path checked and wrote,
+ * per member, what is the same for the whole batch: the topic, the hosts,
+ * the shared header fields (about a microsecond a member at 128 B). Here
+ * member 0 goes through that path, and the others are checked for what may
+ * differ (body, flag, preparedTransactionOffset, properties) and written
+ * from the first record's header words. Whatever the fast check does not
+ * take (a wrong type, a refused member, a different topic) goes through the
+ * single-message path, which gives the same record or the same error as
+ * before: the fast path only ever takes members that path accepts, and
+ * writes the same bytes.
+ *
+ * @module
+ */
+
+import { MqStoreError } from "../errors.ts";
+import {
+  BODY_CRC_POSITION,
+  bodyCrc,
+  FLAG_POSITION,
+  HOST_V6_EXTRA_BYTES,
+  MAGIC_POSITION,
+  MESSAGE_MAGIC_CODE,
+  type MessageEncoder,
+  type MessageInput,
+  PHYSICAL_OFFSET_POSITION,
+  PROPERTIES_LENGTH_MAX_BYTES,
+  PROPERTY_DELAY,
+  PROPERTY_WAIT,
+  QUEUE_ID_POSITION,
+  QUEUE_OFFSET_POSITION,
+  RECORD_FIXED_SIZE_BYTES,
+  STORE_TIMESTAMP_POSITION_V4,
+  STORE_TIMESTAMP_POSITION_V6,
+  SYS_FLAG_BORN_HOST_V6,
+  SYS_FLAG_POSITION,
+  SYS_FLAG_STORE_HOST_V6,
+  SYS_FLAG_TRANSACTION_MASK,
+  TOTAL_SIZE_POSITION,
+} from "../record/mod.ts";
+import { createLayout } from "../record/validate.ts";
+import { assert } from "../assert.ts";
+import type { DispatchHints } from "./dispatch_hints.ts";
+import { propertyOf } from "./_delay.ts";
+
+/**
+ * Words from sysFlag to reconsumeTimes with IPv4 hosts: sysFlag,
+ * bornTimestamp (2), bornHost (2), storeTimestamp (2), storeHost (2),
+ * reconsumeTimes. An IPv6 host adds 3.
+ */
+const HEADER_WORDS_V4 = 0x0A;
+/** Header words with both hosts IPv6. */
+const HEADER_WORDS_MAX = HEADER_WORDS_V4 + 2 * (HOST_V6_EXTRA_BYTES / 4);
+/** Record sizes remembered at first; the array doubles for larger batches. */
+const INITIAL_SIZES = 0x400;
+/** Bytes in a topic length field. */
+const TOPIC_LENGTH_BYTES = 0x01;
+/** Bytes in a properties length field. */
+const PROPERTIES_LENGTH_BYTES = 0x02;
+/** Longest tail of a member without properties: a 127-character topic and both lengths. */
+const BARE_TAIL_MAX_BYTES = 0x84;
+const TWO_POW_32 = 0x1_0000_0000;
+const TWO_POW_MINUS_32 = 1 / TWO_POW_32;
+
+/** The pairs of a member without properties, for its dispatch hint. */
+const NO_PAIRS = {
+  pairCount: 0,
+  pairsKnown: true,
+  pairName(): string {
+    throw new RangeError("A message without properties has no pairs");
+  },
+  pairValue(): string {
+    throw new RangeError("A message without properties has no pairs");
+  },
+};
+
+/** Writes `value` (a safe integer) as an int64 at `position`. */
+function setInt64(view: DataView, position: number, value: number): void {
+  const high = Math.floor(value * TWO_POW_MINUS_32);
+  view.setInt32(position, high);
+  view.setUint32(position + 4, value - high * TWO_POW_32);
+}
+
+/** Whether `value` is an int32 number (no call, no allocation). */
+function isInt32(value: unknown): value is number {
+  return typeof value === "number" && (value | 0) === value;
+}
+
+/**
+ * Why member `index` cannot be in a batch with `first`: another queue, a
+ * transaction type, a DELAY.
+ */
+function batchMemberError(
+  message: MessageInput,
+  first: MessageInput,
+  index: number,
+): MqStoreError | undefined {
+  if (message.topic !== first.topic || message.queueId !== first.queueId) {
+    return new MqStoreError(
+      "MESSAGE_ILLEGAL",
+      `Message ${index} of the batch goes to ${message.topic}/${message.queueId}; a batch goes to one queue (${first.topic}/${first.queueId})`,
+    );
+  }
+  const sysFlag = message.sysFlag;
+  if (typeof sysFlag === "number" && (sysFlag & SYS_FLAG_TRANSACTION_MASK) !== 0) {
+    return new MqStoreError(
+      "MESSAGE_ILLEGAL",
+      `Message ${index} of the batch has transaction type 0x${
+        (sysFlag & SYS_FLAG_TRANSACTION_MASK).toString(16)
+      }; a batch cannot hold transaction messages`,
+    );
+  }
+  const properties = message.properties;
+  if (properties !== undefined && properties !== null) {
+    const delay = propertyOf(properties, PROPERTY_DELAY);
+    if (delay !== undefined) {
+      return new MqStoreError(
+        "MESSAGE_ILLEGAL",
+        `Message ${index} of the batch has DELAY "${delay}"; a batch cannot hold delayed messages`,
+      );
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Encodes batches for one commit log, with its {@link MessageEncoder} for
+ * the first member and any member the fast check does not take.
+ */
+export class BatchEncoder {
+  /** The single-message encoder (its options: limits, default hosts, clock). */
+  readonly #encoder: MessageEncoder;
+  /** maxMessageSize: a body, a record and a whole batch, bytes. */
+  readonly #maxBytes: number;
+  /** The tail (topic, properties) of fast members with properties. */
+  readonly #tail = createLayout().tail;
+  /** The tail of a member without properties: topic length, topic, 0x0000. */
+  readonly #bare = new Uint8Array(BARE_TAIL_MAX_BYTES);
+  readonly #bareView = new DataView(this.#bare.buffer);
+  /** Bytes of {@link #bare} in use. */
+  #bareBytes = 0;
+  /** The topic {@link #bare} and {@link #tail} hold. */
+  #topic: string | undefined;
+  /** The first record's words from sysFlag to reconsumeTimes. */
+  readonly #header = new Int32Array(HEADER_WORDS_MAX);
+  /** Record sizes of the batch encoded last. */
+  #sizes = new Int32Array(INITIAL_SIZES);
+  /** Members of the batch encoded last (0 after a refused one). */
+  #count = 0;
+  /** Whether the batch encoded last waits for the flush. */
+  #wait = false;
+  /** Position of storeTimestamp in the records of the batch encoded last. */
+  #storeTimestampPosition = 0;
+  /** The array {@link #view} views. */
+  #viewed: Uint8Array = new Uint8Array(0);
+  #view = new DataView(this.#viewed.buffer);
+
+  /** @param encoder The commit log's encoder (its limits apply). */
+  constructor(encoder: MessageEncoder) {
+    this.#encoder = encoder;
+    this.#maxBytes = encoder.maxMessageSizeBytes;
+  }
+
+  /** Members of the batch encoded last (0 when it was refused). */
+  get count(): number {
+    return this.#count;
+  }
+
+  /** Record sizes of the batch encoded last (the first {@link count}). */
+  get sizes(): Int32Array {
+    return this.#sizes;
+  }
+
+  /** Whether the batch encoded last waits for the flush (no member says WAIT=false). */
+  get wait(): boolean {
+    return this.#wait;
+  }
+
+  #viewOf(bytes: Uint8Array): DataView {
+    if (bytes !== this.#viewed || bytes.length !== this.#view.byteLength) {
+      this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+      this.#viewed = bytes;
+    }
+    return this.#view;
+  }
+
+  /**
+   * Checks the members of a batch and encodes them one after the other
+   * from `bytes[start]`, staging a dispatch hint for each. The batch may
+   * use `bytes[start, end)`: a batch that would cross `end` is over
+   * maxMessageSize. queueOffset and physicalOffset stay 0 and
+   * storeTimestamp too (see {@link patch}).
+   *
+   * Until every member is encoded the first record's magic code stays 0,
+   * so that a crash in between leaves nothing a recovery could take for a
+   * record (when `bytes` is a mapped segment); a refused batch zeroes what
+   * it wrote, leaving the bytes as they were (a segment's unwritten tail
+   * is zeros).
+   *
+   * @param messages The batch (at least one message, each an object).
+   * @param bytes Where to write.
+   * @param start The first record's position.
+   * @param end One past the last byte the batch may use.
+   * @param hints Where to stage the members' dispatch hints.
+   * @param wait Whether the batch waits for the flush unless a member says WAIT=false.
+   * @returns The batch's size in bytes, or why it is refused.
+   * @throws {TypeError} For a member of a wrong type (nothing written).
+   */
+  encode(
+    messages: readonly MessageInput[],
+    bytes: Uint8Array,
+    start: number,
+    end: number,
+    hints: DispatchHints | undefined,
+    wait: boolean,
+  ): number | MqStoreError {
+    const first = messages[0]!;
+    const count = messages.length;
+    this.#count = 0;
+    if (this.#sizes.length < count) {
+      let length = this.#sizes.length;
+      while (length < count) length *= 2;
+      this.#sizes = new Int32Array(length);
+    }
+    const sizes = this.#sizes;
+    const max = this.#maxBytes;
+    hints?.beginStage();
+    let position = start;
+    let error: MqStoreError | undefined;
+    let encoded = false;
+    this.#wait = wait;
+    try {
+      // Member 0 through every check: it also validates what the others share.
+      const firstSize = this.#encodeChecked(first, first, 0, bytes, start, start, end);
+      if (typeof firstSize !== "number") {
+        error = firstSize;
+        return error;
+      }
+      // Until the batch is whole, it is no record (see above).
+      const d = this.#viewOf(bytes);
+      d.setInt32(start + MAGIC_POSITION, 0);
+      sizes[0] = firstSize;
+      position = start + firstSize;
+      const topic = first.topic;
+      const queueId = first.queueId;
+      hints?.stage(topic, queueId, this.#encoder.lastTail);
+      const sysFlag = d.getInt32(start + SYS_FLAG_POSITION);
+      this.#storeTimestampPosition = (sysFlag & SYS_FLAG_BORN_HOST_V6) === 0
+        ? STORE_TIMESTAMP_POSITION_V4
+        : STORE_TIMESTAMP_POSITION_V6;
+      if (count === 1) {
+        encoded = true;
+        d.setInt32(start + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
+        this.#count = 1;
+        return firstSize;
+      }
+      // What the first record says every member shares.
+      const v6Hosts = ((sysFlag & SYS_FLAG_BORN_HOST_V6) === 0 ? 0 : 1) +
+        ((sysFlag & SYS_FLAG_STORE_HOST_V6) === 0 ? 0 : 1);
+      const headerWords = HEADER_WORDS_V4 + v6Hosts * (HOST_V6_EXTRA_BYTES / 4);
+      const header = this.#header;
+      for (let w = 0; w < headerWords; w++) {
+        header[w] = d.getInt32(start + SYS_FLAG_POSITION + 4 * w);
+      }
+      const afterHeader = SYS_FLAG_POSITION + 4 * headerWords;
+      const bareSize = RECORD_FIXED_SIZE_BYTES + v6Hosts * HOST_V6_EXTRA_BYTES + topic.length;
+      if (topic !== this.#topic) this.#setTopic(topic);
+      const tail = this.#tail;
+      const bare = this.#bareView;
+      const bareLast = this.#bareBytes - 4;
+      let waiting = this.#wait;
+      for (let i = 1; i < count; i++) {
+        const message = messages[i]!;
+        const body = message.body;
+        const flag = message.flag;
+        const memberSysFlag = message.sysFlag;
+        const prepared = message.preparedTransactionOffset;
+        const properties = message.properties;
+        let size = -1;
+        let withProperties = false;
+        // What the single path would accept without a word (see the module
+        // doc); anything else goes there for its verdict.
+        if (
+          body instanceof Uint8Array && message.topic === topic && message.queueId === queueId &&
+          (flag === undefined || isInt32(flag)) &&
+          (typeof memberSysFlag !== "number" ||
+            (memberSysFlag & SYS_FLAG_TRANSACTION_MASK) === 0) &&
+          (prepared === undefined || Number.isSafeInteger(prepared)) && body.length <= max
+        ) {
+          if (properties === undefined) {
+            size = bareSize + body.length;
+          } else if (
+            typeof properties === "object" && properties !== null &&
+            propertyOf(properties, PROPERTY_DELAY) === undefined
+          ) {
+            if (waiting && propertyOf(properties, PROPERTY_WAIT) === "false") waiting = false;
+            const propertiesBytes = tail.setProperties(properties);
+            if (propertiesBytes >= 0 && propertiesBytes <= PROPERTIES_LENGTH_MAX_BYTES) {
+              size = bareSize + body.length + propertiesBytes;
+              withProperties = true;
+            }
+          }
+        }
+        if (size < 0 || size > max) {
+          // The single path: the same record, or the member's error.
+          this.#wait = waiting;
+          const checked = this.#encodeChecked(message, first, i, bytes, start, position, end);
+          if (typeof checked !== "number") {
+            error = checked;
+            return error;
+          }
+          waiting = this.#wait;
+          sizes[i] = checked;
+          position += checked;
+          hints?.stage(topic, queueId, this.#encoder.lastTail);
+          continue;
+        }
+        if (position + size > end) {
+          error = this.#overError(position + size - start, i);
+          return error;
+        }
+        const p = position;
+        const bodyBytes = body.length;
+        d.setInt32(p + TOTAL_SIZE_POSITION, size);
+        d.setInt32(p + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
+        d.setInt32(p + BODY_CRC_POSITION, bodyCrc(body));
+        d.setInt32(p + QUEUE_ID_POSITION, queueId);
+        d.setInt32(p + FLAG_POSITION, flag ?? 0);
+        // queueOffset and physicalOffset: 0 until patch().
+        d.setInt32(p + QUEUE_OFFSET_POSITION, 0);
+        d.setInt32(p + QUEUE_OFFSET_POSITION + 4, 0);
+        d.setInt32(p + PHYSICAL_OFFSET_POSITION, 0);
+        d.setInt32(p + PHYSICAL_OFFSET_POSITION + 4, 0);
+        for (let w = 0; w < headerWords; w++) {
+          d.setInt32(p + SYS_FLAG_POSITION + 4 * w, header[w]!);
+        }
+        let q = p + afterHeader;
+        setInt64(d, q, prepared ?? 0);
+        d.setInt32(q + 8, bodyBytes);
+        q += 12;
+        bytes.set(body, q);
+        q += bodyBytes;
+        // The tail in whole words, then its last four bytes (overlapping
+        // the previous word with the same values): never a byte past it.
+        if (withProperties) {
+          const from = tail.start;
+          const last = tail.end - from - 4;
+          const source = tail.view;
+          for (let k = 0; k < last; k += 4) d.setInt32(q + k, source.getInt32(from + k));
+          d.setInt32(q + last, source.getInt32(from + last));
+          hints?.stage(topic, queueId, tail);
+        } else {
+          for (let k = 0; k < bareLast; k += 4) d.setInt32(q + k, bare.getInt32(k));
+          d.setInt32(q + bareLast, bare.getInt32(bareLast));
+          hints?.stage(topic, queueId, NO_PAIRS);
+        }
+        sizes[i] = size;
+        position += size;
+      }
+      this.#wait = waiting;
+      encoded = true;
+      d.setInt32(start + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
+      this.#count = count;
+      return position - start;
+    } finally {
+      // Refused, or a member of the wrong type threw: undo what was written.
+      if (!encoded) bytes.fill(0, start, position);
+    }
+  }
+
+  /**
+   * Writes queueOffset, physicalOffset and storeTimestamp into the records
+   * of the batch encoded last, now at `bytes[position]`.
+   *
+   * @param bytes Where the records are.
+   * @param position The first record's position.
+   * @param queueOffset The first record's queue offset.
+   * @param offset The first record's commit-log offset.
+   * @param storeTimestamp Store time, ms.
+   */
+  patch(
+    bytes: Uint8Array,
+    position: number,
+    queueOffset: number,
+    offset: number,
+    storeTimestamp: number,
+  ): void {
+    assert(
+      Number.isSafeInteger(queueOffset) && queueOffset >= 0 && Number.isSafeInteger(offset) &&
+        offset >= 0 && Number.isSafeInteger(storeTimestamp),
+      "patch values are non-negative safe integers",
+    );
+    const d = this.#viewOf(bytes);
+    const sizes = this.#sizes;
+    const count = this.#count;
+    const storeTimestampAt = this.#storeTimestampPosition;
+    let p = position;
+    for (let i = 0; i < count; i++) {
+      const physicalOffset = offset + (p - position);
+      setInt64(d, p + QUEUE_OFFSET_POSITION, queueOffset + i);
+      setInt64(d, p + PHYSICAL_OFFSET_POSITION, physicalOffset);
+      setInt64(d, p + storeTimestampAt, storeTimestamp);
+      p += sizes[i]!;
+    }
+  }
+
+  /**
+   * Member `index` at `position` through the single-message path: batch
+   * membership, WAIT, every check of the encoder (`start`: the batch's
+   * first byte, `end`: the batch's bound).
+   */
+  #encodeChecked(
+    message: MessageInput,
+    first: MessageInput,
+    index: number,
+    bytes: Uint8Array,
+    start: number,
+    position: number,
+    end: number,
+  ): number | MqStoreError {
+    const error = batchMemberError(message, first, index);
+    if (error !== undefined) return error;
+    const properties = message.properties;
+    if (
+      this.#wait && properties !== undefined && properties !== null &&
+      propertyOf(properties, PROPERTY_WAIT) === "false"
+    ) {
+      this.#wait = false;
+    }
+    // The first message's sysFlag, bornTimestamp (the put's start when it
+    // has none), hosts and reconsumeTimes are every record's: read from it,
+    // not from a merged copy of each message.
+    const size = this.#encoder.encodeBefore(message, bytes, position, end, first);
+    if (typeof size !== "number") {
+      return new MqStoreError(size.code, `Message ${index} of the batch: ${size.message}`);
+    }
+    if (position + size > end) return this.#overError(position + size - start, index);
+    return size;
+  }
+
+  #overError(bytes: number, index: number): MqStoreError {
+    return new MqStoreError(
+      "MESSAGE_ILLEGAL",
+      `The batch is over ${bytes} bytes at message ${index}, maxMessageSize is ${this.#maxBytes} bytes`,
+    );
+  }
+
+  /** Puts `topic` (checked: ASCII, 1–127 characters) into both tails. */
+  #setTopic(topic: string): void {
+    const bare = this.#bare;
+    const length = topic.length;
+    bare[0] = length;
+    for (let i = 0; i < length; i++) bare[TOPIC_LENGTH_BYTES + i] = topic.charCodeAt(i);
+    bare[TOPIC_LENGTH_BYTES + length] = 0;
+    bare[TOPIC_LENGTH_BYTES + length + 1] = 0;
+    this.#bareBytes = TOPIC_LENGTH_BYTES + length + PROPERTIES_LENGTH_BYTES;
+    this.#tail.setTopic(topic);
+    this.#topic = topic;
+  }
+}
