@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { IndexFile, indexFileSizeBytes, indexKeyHash } from "../src/store/index_file.ts";
 import { IndexService, type IndexServiceOptions } from "../src/store/index_service.ts";
+import { javaHashCode } from "../src/record/mod.ts";
 import { adapterCases, type SegmentEnv, withSegmentEnv } from "./_segment_helpers.ts";
 
 const SLOTS = 8;
@@ -205,6 +206,53 @@ for (const { adapter, skip } of cases) {
           IndexFile.open({ port: env.port, path, hashSlotNum: SLOTS, indexNum: 17 }),
           /Index file .* is \d+ bytes/,
         );
+      });
+    });
+
+    test("putKeyHashes() writes what putKey() writes key by key", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const indexNum = 32;
+        const open = (name: string) =>
+          IndexFile.create({
+            port: env.port,
+            path: `${env.directory}/${name}`,
+            hashSlotNum: SLOTS,
+            indexNum,
+            endTimestamp: T0 - 2_500,
+            sparse: true,
+          });
+        const byKey = await open("20261129121453504");
+        const byMessage = await open("20261129121453505");
+        // Messages of 1 to 3 keys, time going over whole seconds; with 8
+        // slots, keys collide and chain.
+        const messages = Array.from({ length: 9 }, (_, i) => ({
+          offset: 0x1000 + i * 0x180,
+          timestamp: T0 + i * 700,
+          keys: Array.from({ length: 1 + (i % 3) }, (_, k) => `T#key-${(i * 5 + k) % 11}`),
+        }));
+        const hashes = new Int32Array(3);
+        for (const { offset, timestamp, keys } of messages) {
+          for (const key of keys) assert.equal(byKey.putKey(key, offset, timestamp), true);
+          keys.forEach((key, k) => hashes[k] = javaHashCode(key));
+          assert.equal(byMessage.putKeyHashes(hashes, keys.length, offset, timestamp), true);
+        }
+        assert.equal(byMessage.indexCount, byKey.indexCount);
+        assert.equal(byMessage.hashSlotCount, byKey.hashSlotCount);
+        assert.deepEqual(
+          [byMessage.beginTimestamp, byMessage.endTimestamp, byMessage.beginPhyOffset],
+          [byKey.beginTimestamp, byKey.endTimestamp, byKey.beginPhyOffset],
+        );
+        assert.equal(byMessage.endPhyOffset, byKey.endPhyOffset);
+        for (let slot = 0; slot < SLOTS; slot++) {
+          assert.equal(byMessage.slotAt(slot), byKey.slotAt(slot));
+        }
+        for (let entry = 1; entry < byKey.indexCount; entry++) {
+          assert.deepEqual(byMessage.entryAt(entry), byKey.entryAt(entry));
+        }
+        // The last entry's time difference, from the first message's time.
+        assert.equal(byKey.entryAt(byKey.indexCount - 1).timeDiffSec, Math.trunc(8 * 700 / 1000));
+        await byKey.close();
+        await byMessage.close();
       });
     });
 

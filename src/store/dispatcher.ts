@@ -290,7 +290,7 @@ export class Dispatcher {
     const start = this.#dispatched;
     let done = false;
     try {
-      done = this.#dispatchSlice(limit);
+      done = this.#dispatchHinted(limit) || this.#dispatchSlice(limit);
     } catch (error) {
       this.#fail(error);
     } finally {
@@ -371,6 +371,50 @@ export class Dispatcher {
   #progressed(): void {
     this.#sequence++;
     this.#options.onDispatched?.(this.#dispatched);
+  }
+
+  /**
+   * The common case of {@link dispatchNow}: one record below the limit, in
+   * the segment dispatched last, described by the only hint (a producer in
+   * step with the dispatcher, one record a put). It is dispatched from its
+   * hint, checked against the record header as {@link Dispatcher.#walk}
+   * checks it, without the walk's segment lookup and general cases.
+   * Anything else (several hints: a batch's run, or a dispatcher behind; no
+   * hint; another segment; a record that needs I/O) is left to
+   * {@link Dispatcher.#dispatchSlice}, which walks from the dispatched
+   * offset on (a record done again is harmless).
+   *
+   * @returns Whether it reached the limit.
+   */
+  #dispatchHinted(limit: number): boolean {
+    const hints = this.#hints;
+    const file = this.#bytesFile;
+    const bytes = this.#bytes;
+    if (
+      hints === undefined || hints.length !== 1 || file === undefined || bytes === undefined ||
+      !file.isAvailable
+    ) {
+      return false;
+    }
+    const offset = this.#dispatched;
+    const at = offset - file.fileFromOffset;
+    const end = Math.min(limit - file.fileFromOffset, file.readPosition);
+    if (at < 0 || at >= end) return false;
+    const slot = hints.find(offset);
+    if (slot < 0) return false;
+    const size = hints.sizes[slot]!;
+    if (
+      at + size > end || readInt32(bytes, at) !== size ||
+      readInt32(bytes, at + MAGIC_POSITION) !== MESSAGE_MAGIC_CODE ||
+      !this.#dispatchHintNow(hints, slot, offset, size)
+    ) {
+      return false;
+    }
+    hints.consume();
+    this.#hintedCount++;
+    this.#dispatched = offset + size;
+    this.#lastTimestamp = hints.storeTimestamps[slot]!;
+    return this.#dispatched >= limit;
   }
 
   /**

@@ -461,12 +461,43 @@ export class IndexFile {
     if (this.indexNum - this.#indexCount < count) return false;
     if (count === 0) return true;
     // The begin fields change only with the first entries (see #put).
-    const begins = this.#indexCount <= 1;
-    for (let i = 0; i < count; i++) {
-      this.#put(indexKeyHashOf(javaHashes[i]!), phyOffset, storeTimestamp);
+    if (this.#indexCount <= 1) {
+      for (let i = 0; i < count; i++) {
+        this.#put(indexKeyHashOf(javaHashes[i]!), phyOffset, storeTimestamp);
+      }
+      this.#writeHeader();
+      return true;
     }
-    if (begins) this.#writeHeader();
-    else this.#writeHeaderEnd();
+    // #put's bytes for each key, with what every key of the message
+    // shares (the time difference, the entries' range) worked out once.
+    const view = this.#view;
+    const timeDiffSec = this.#timeDiffSecOf(storeTimestamp);
+    let indexCount = this.#indexCount;
+    const firstEntry = this.#entryPosition(indexCount);
+    let entry = firstEntry;
+    for (let i = 0; i < count; i++) {
+      const keyHash = indexKeyHashOf(javaHashes[i]!);
+      const slotPosition = this.#slotPosition(keyHash);
+      let slotValue = view.getInt32(slotPosition);
+      if (slotValue <= INVALID_INDEX || slotValue > indexCount) {
+        slotValue = INVALID_INDEX;
+        this.#hashSlotCount++;
+      }
+      view.setInt32(entry + ENTRY_KEY_HASH_POSITION, keyHash);
+      writeInt64(view, entry + ENTRY_PHY_OFFSET_POSITION, phyOffset);
+      view.setInt32(entry + ENTRY_TIME_DIFF_POSITION, timeDiffSec);
+      view.setInt32(entry + ENTRY_PREV_INDEX_POSITION, slotValue);
+      view.setInt32(slotPosition, indexCount);
+      indexCount++;
+      entry += INDEX_ENTRY_SIZE_BYTES;
+    }
+    this.#indexCount = indexCount;
+    this.#endPhyOffset = phyOffset;
+    this.#endTimestamp = storeTimestamp;
+    this.#writeHeaderEnd();
+    // The header (marked from 0) and the entries: the slots lie between
+    // them, so the dirty range is what marking each slot would make it.
+    this.#markDirty(firstEntry, entry);
     return true;
   }
 
@@ -488,10 +519,7 @@ export class IndexFile {
     let slotValue = this.#view.getInt32(slotPosition);
     if (slotValue <= INVALID_INDEX || slotValue > this.#indexCount) slotValue = INVALID_INDEX;
 
-    let timeDiffSec = Math.trunc((storeTimestamp - this.#beginTimestamp) / 1000);
-    if (this.#beginTimestamp <= 0) timeDiffSec = 0;
-    else if (timeDiffSec > INT32_MAX) timeDiffSec = INT32_MAX;
-    else if (timeDiffSec < 0) timeDiffSec = 0;
+    const timeDiffSec = this.#timeDiffSecOf(storeTimestamp);
 
     const entry = this.#entryPosition(this.#indexCount);
     const view = this.#view;
@@ -511,6 +539,13 @@ export class IndexFile {
     this.#indexCount++;
     this.#endPhyOffset = phyOffset;
     this.#endTimestamp = storeTimestamp;
+  }
+
+  /** An entry's timeDiff field: whole seconds from the begin timestamp, clamped. */
+  #timeDiffSecOf(storeTimestamp: number): number {
+    if (this.#beginTimestamp <= 0) return 0;
+    const timeDiffSec = Math.trunc((storeTimestamp - this.#beginTimestamp) / 1000);
+    return timeDiffSec > INT32_MAX ? INT32_MAX : timeDiffSec < 0 ? 0 : timeDiffSec;
   }
 
   /**

@@ -536,6 +536,16 @@ export class MessageStore {
     } catch (error) {
       return Promise.reject(error);
     }
+    // An ASYNC_FLUSH put answered in the caller's turn, dispatch in step:
+    // #settle's work without its second look at the answer.
+    if (!this.#sync && !(answer instanceof Promise)) {
+      const append = answer.appendResult;
+      if (append === undefined) return Promise.resolve(answer);
+      this.#dispatcher.dispatchNow();
+      if (append.wroteOffset - this.#dispatcher.dispatchedOffset <= DISPATCH_LAG_MAX_BYTES) {
+        return Promise.resolve(answer);
+      }
+    }
     return this.#settle(answer);
   }
 
