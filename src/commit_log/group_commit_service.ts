@@ -229,6 +229,11 @@ export class GroupCommitService {
     else this.#chainTicking = false;
   };
   #reportBound = () => this.#report();
+  /** The resolver {@link GroupCommitService.#takeResolveBound} was just handed. */
+  #taken: Resolve | undefined;
+  #takeResolveBound = (resolve: Resolve) => {
+    this.#taken = resolve;
+  };
   #onTimerBound = () => this.#onTimer();
 
   /** @param options Queue, timeout and hooks. */
@@ -283,20 +288,23 @@ export class GroupCommitService {
       return Promise.resolve(result);
     }
     if (startMs > this.#lastBusyMs) this.#lastBusyMs = startMs;
-    return new Promise<PutMessageResult>((resolve) => {
-      this.#ends.push(endOffset);
-      this.#resolvers.push(resolve);
-      this.#results.push(result);
-      this.#startsMs.push(startMs);
-      // One timer for all waiters, armed by the first and left armed when
-      // they are answered: it looks at whoever waits when it fires. Arming
-      // and clearing one per put cost about a fifth of a lone SYNC put's
-      // CPU on Deno (its timers go through the Rust timer queue).
-      if (this.#cancelTimer === undefined) {
-        this.#cancelTimer = options.clock.setTimer(options.syncFlushTimeoutMs, this.#onTimerBound);
-      }
-      this.#maybeFlush(false);
-    });
+    // One executor for every put (it only hands the resolver over): no
+    // closure per put.
+    const answer = new Promise<PutMessageResult>(this.#takeResolveBound);
+    this.#ends.push(endOffset);
+    this.#resolvers.push(this.#taken);
+    this.#taken = undefined;
+    this.#results.push(result);
+    this.#startsMs.push(startMs);
+    // One timer for all waiters, armed by the first and left armed when
+    // they are answered: it looks at whoever waits when it fires. Arming
+    // and clearing one per put cost about a fifth of a lone SYNC put's
+    // CPU on Deno (its timers go through the Rust timer queue).
+    if (this.#cancelTimer === undefined) {
+      this.#cancelTimer = options.clock.setTimer(options.syncFlushTimeoutMs, this.#onTimerBound);
+    }
+    this.#maybeFlush(false);
+    return answer;
   }
 
   /**

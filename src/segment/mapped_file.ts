@@ -720,9 +720,7 @@ export class MappedFile {
     ) {
       return undefined;
     }
-    const chunk = this.#populating;
-    const start = this.#flushed - this.#flushed % this.#port.pageSizeBytes;
-    if (chunk !== undefined && start < chunk.end && this.#wrote > chunk.start) return undefined;
+    if (this.#populatingOverlaps(this.#flushed, this.#wrote)) return undefined;
     this.#commitSync();
     handle.datasyncSync();
     if (this.#committed > this.#flushed) this.#flushed = this.#committed;
@@ -730,19 +728,38 @@ export class MappedFile {
   }
 
   async #syncStarted(target: number, earlier: Promise<number> | undefined): Promise<number> {
-    let outcomes: [PromiseSettledResult<number | undefined>, PromiseSettledResult<void>];
+    // The `fdatasync` starts in the caller's step unless a pre-fault chunk
+    // covers the range: no microtask hop (the group commit queues the
+    // dispatch of the last flush right behind this one) and no wrapper
+    // promises between the device and the next group.
+    let ownFailed = false;
+    let ownError: unknown;
     try {
-      await this.#awaitPopulating(this.#flushed, target);
-      const own = (async () => await this.#handle.datasync())();
-      outcomes = await Promise.allSettled([earlier, own]);
+      if (this.#populatingOverlaps(this.#flushed, target)) {
+        await this.#awaitPopulating(this.#flushed, target);
+      }
+      await this.#handle.datasync();
+    } catch (error) {
+      ownFailed = true;
+      ownError = error;
+    }
+    try {
+      // An earlier failure is reported first: it is what this one's bytes
+      // sit behind.
+      if (earlier !== undefined) await earlier;
     } finally {
       this.#startedFlushCount--;
     }
-    const [before, after] = outcomes;
-    if (before.status === "rejected") throw before.reason;
-    if (after.status === "rejected") throw after.reason;
+    if (ownFailed) throw ownError;
     if (target > this.#flushed) this.#flushed = target;
     return this.#flushed;
+  }
+
+  /** Whether the pre-fault chunk in flight overlaps the pages of `[from, to)`. */
+  #populatingOverlaps(from: number, to: number): boolean {
+    const chunk = this.#populating;
+    return chunk !== undefined && from - from % this.#port.pageSizeBytes < chunk.end &&
+      to > chunk.start;
   }
 
   /**
@@ -751,14 +768,7 @@ export class MappedFile {
    * above the writer's page, so it cannot reach them.
    */
   async #awaitPopulating(from: number, to: number): Promise<void> {
-    const start = from - from % this.#port.pageSizeBytes;
-    for (
-      let chunk = this.#populating;
-      chunk !== undefined && start < chunk.end && to > chunk.start;
-      chunk = this.#populating
-    ) {
-      await chunk.done;
-    }
+    while (this.#populatingOverlaps(from, to)) await this.#populating!.done;
   }
 
   /**
