@@ -60,8 +60,8 @@ function drive(
 }
 
 const EPOCH = GROUP_COMMIT_TUNE_EPOCH_FLUSHES;
-/** Settles until the first probe has been measured, and one epoch more. */
-const FIRST_PROBE_SETTLES = (GROUP_COMMIT_TUNE_PROBE_EVERY + 2) * EPOCH + 1;
+/** Settles until the first probe and the one confirming it were measured. */
+const FIRST_PROBE_SETTLES = (GROUP_COMMIT_TUNE_PROBE_EVERY + 4) * EPOCH + 1;
 
 describe("SplitTuner", () => {
   test("SplitTuner.decide() follows the threshold before any probe", () => {
@@ -80,8 +80,9 @@ describe("SplitTuner", () => {
       wholeMs: 1,
     });
     assert.equal(before.splits, 0, "no split before the first probe");
-    const after = drive(tuner, 3 * EPOCH, LOAD_BYTES, { splitMs: 0.4, wholeMs: 1 });
-    assert.ok(after.probeSettles > 0, "a probe ran");
+    // A probe, an epoch of the threshold's choice, the confirming probe.
+    const after = drive(tuner, 4 * EPOCH, LOAD_BYTES, { splitMs: 0.4, wholeMs: 1 });
+    assert.equal(after.probeSettles, 2 * EPOCH, "two probes ran");
     assert.ok(
       tuner.thresholdBytes <= LOAD_BYTES,
       `threshold ${tuner.thresholdBytes} is at most the load ${LOAD_BYTES}`,
@@ -96,6 +97,54 @@ describe("SplitTuner", () => {
     assert.ok(run.probeSettles > 0);
     assert.ok(tuner.thresholdBytes > LOAD_BYTES, `threshold ${tuner.thresholdBytes}`);
     assert.equal(tuner.decide(LOAD_BYTES, 0x1000_0000, 1e9), false);
+  });
+
+  test("SplitTuner does not move for a probe that won only against one slow epoch", () => {
+    // One flush at a time is faster (splitting costs 0.7 of a whole flush
+    // for half the bytes), but one epoch in three has a slow flush that
+    // halves its rate: against that epoch alone a split probe looks 1.4×
+    // faster. Each phase puts the slow epoch elsewhere in the cycle.
+    for (let phase = 0; phase < 3; phase++) {
+      const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_MIN_BYTES);
+      let offset = 0;
+      let nowMs = 1_000;
+      let probeSettles = 0;
+      let split = tuner.decide(LOAD_BYTES, offset, nowMs);
+      // decide() calls so far: an epoch ends after every EPOCH of them.
+      let decisions = 1;
+      for (let i = 0; i < 0x40 * EPOCH; i++) {
+        const probing = tuner.probing;
+        offset += split ? LOAD_BYTES / 2 : LOAD_BYTES;
+        nowMs += split ? 0.7 : 1;
+        const epoch = Math.floor((decisions - 1) / EPOCH);
+        const lastOfEpoch = decisions % EPOCH === 0;
+        if (!probing && lastOfEpoch && epoch % 3 === phase) nowMs += EPOCH;
+        if (probing) probeSettles++;
+        split = tuner.decide(LOAD_BYTES, offset, nowMs);
+        decisions++;
+        assert.equal(
+          tuner.thresholdBytes,
+          GROUP_COMMIT_SPLIT_MIN_BYTES,
+          `phase ${phase}, settle ${i}`,
+        );
+      }
+      assert.ok(probeSettles > 0, "probes ran");
+    }
+  });
+
+  test("SplitTuner keeps the threshold after one winning probe that the next one contradicts", () => {
+    const tuner = new SplitTuner(GROUP_COMMIT_SPLIT_MIN_BYTES);
+    const clock = { offset: 0, nowMs: 1_000 };
+    // Splitting wins the first probe...
+    drive(tuner, (GROUP_COMMIT_TUNE_PROBE_EVERY + 1) * EPOCH, LOAD_BYTES, {
+      splitMs: 0.4,
+      wholeMs: 1,
+    }, clock);
+    assert.equal(tuner.thresholdBytes, GROUP_COMMIT_SPLIT_MIN_BYTES, "one win moves nothing");
+    // ...and loses the confirming one.
+    const run = drive(tuner, 0x10 * EPOCH, LOAD_BYTES, { splitMs: 0.7, wholeMs: 1 }, clock);
+    assert.ok(run.probeSettles > 0);
+    assert.ok(run.thresholds.every((t) => t === GROUP_COMMIT_SPLIT_MIN_BYTES));
   });
 
   test("SplitTuner keeps the threshold while probes lose, and probes less and less often", () => {

@@ -97,6 +97,12 @@ export const GROUP_COMMIT_TUNE_PROBE_EVERY_MAX = 7 * 0x10;
  * one choice differ by a few percent here.
  */
 export const GROUP_COMMIT_TUNE_MARGIN = 1.05;
+/**
+ * Epochs of the threshold's choice a probe is held against (the best of
+ * them): about 90 ms, so that one slow `fdatasync` in the epoch before a
+ * probe does not hand it the win.
+ */
+export const GROUP_COMMIT_TUNE_BASELINE_EPOCHS = 3;
 
 /**
  * Microtask hops after a lone flush answered its producer within which
