@@ -470,27 +470,13 @@ export class IndexFile {
     }
     // #put's bytes for each key, with what every key of the message
     // shares (the time difference, the entries' range) worked out once.
-    const view = this.#view;
     const timeDiffSec = this.#timeDiffSecOf(storeTimestamp);
     let indexCount = this.#indexCount;
     const firstEntry = this.#entryPosition(indexCount);
-    let entry = firstEntry;
     for (let i = 0; i < count; i++) {
-      const keyHash = indexKeyHashOf(javaHashes[i]!);
-      const slotPosition = this.#slotPosition(keyHash);
-      let slotValue = view.getInt32(slotPosition);
-      if (slotValue <= INVALID_INDEX || slotValue > indexCount) {
-        slotValue = INVALID_INDEX;
-        this.#hashSlotCount++;
-      }
-      view.setInt32(entry + ENTRY_KEY_HASH_POSITION, keyHash);
-      writeInt64(view, entry + ENTRY_PHY_OFFSET_POSITION, phyOffset);
-      view.setInt32(entry + ENTRY_TIME_DIFF_POSITION, timeDiffSec);
-      view.setInt32(entry + ENTRY_PREV_INDEX_POSITION, slotValue);
-      view.setInt32(slotPosition, indexCount);
-      indexCount++;
-      entry += INDEX_ENTRY_SIZE_BYTES;
+      this.#writeEntry(indexKeyHashOf(javaHashes[i]!), phyOffset, timeDiffSec, indexCount++);
     }
+    const entry = this.#entryPosition(indexCount);
     this.#indexCount = indexCount;
     this.#endPhyOffset = phyOffset;
     this.#endTimestamp = storeTimestamp;
@@ -515,30 +501,46 @@ export class IndexFile {
   #put(keyHash: number, phyOffset: number, storeTimestamp: number): void {
     // Checked with an if: the message would be built on every entry.
     if (this.#indexCount >= this.indexNum) assert(false, `${this.path} has room for an entry`);
-    const slotPosition = this.#slotPosition(keyHash);
-    let slotValue = this.#view.getInt32(slotPosition);
-    if (slotValue <= INVALID_INDEX || slotValue > this.#indexCount) slotValue = INVALID_INDEX;
-
-    const timeDiffSec = this.#timeDiffSecOf(storeTimestamp);
-
+    const slotPosition = this.#writeEntry(
+      keyHash,
+      phyOffset,
+      this.#timeDiffSecOf(storeTimestamp),
+      this.#indexCount,
+    );
     const entry = this.#entryPosition(this.#indexCount);
-    const view = this.#view;
-    view.setInt32(entry + ENTRY_KEY_HASH_POSITION, keyHash);
-    writeInt64(view, entry + ENTRY_PHY_OFFSET_POSITION, phyOffset);
-    view.setInt32(entry + ENTRY_TIME_DIFF_POSITION, timeDiffSec);
-    view.setInt32(entry + ENTRY_PREV_INDEX_POSITION, slotValue);
-    view.setInt32(slotPosition, this.#indexCount);
     this.#markDirty(slotPosition, slotPosition + HASH_SLOT_SIZE_BYTES);
     this.#markDirty(entry, entry + INDEX_ENTRY_SIZE_BYTES);
-
+    // After the entry, as RocketMQ's putKey: its timeDiff is from the old begin.
     if (this.#indexCount <= 1) {
       this.#beginPhyOffset = phyOffset;
       this.#beginTimestamp = storeTimestamp;
     }
-    if (slotValue === INVALID_INDEX) this.#hashSlotCount++;
     this.#indexCount++;
     this.#endPhyOffset = phyOffset;
     this.#endTimestamp = storeTimestamp;
+  }
+
+  /**
+   * Writes entry `indexCount` (chained to what its slot held) and points
+   * the slot at it; counts the slot when it was empty.
+   *
+   * @returns The slot's position.
+   */
+  #writeEntry(keyHash: number, phyOffset: number, timeDiffSec: number, indexCount: number): number {
+    const view = this.#view;
+    const slotPosition = this.#slotPosition(keyHash);
+    let slotValue = view.getInt32(slotPosition);
+    if (slotValue <= INVALID_INDEX || slotValue > indexCount) {
+      slotValue = INVALID_INDEX;
+      this.#hashSlotCount++;
+    }
+    const entry = this.#entryPosition(indexCount);
+    view.setInt32(entry + ENTRY_KEY_HASH_POSITION, keyHash);
+    writeInt64(view, entry + ENTRY_PHY_OFFSET_POSITION, phyOffset);
+    view.setInt32(entry + ENTRY_TIME_DIFF_POSITION, timeDiffSec);
+    view.setInt32(entry + ENTRY_PREV_INDEX_POSITION, slotValue);
+    view.setInt32(slotPosition, indexCount);
+    return slotPosition;
   }
 
   /** An entry's timeDiff field: whole seconds from the begin timestamp, clamped. */
