@@ -295,19 +295,25 @@ describe("MessageStore files made ahead", () => {
     await table.recover();
     try {
       const cq = await table.findOrCreate("A", 0);
-      for (let i = 0; i < 5; i++) assert.equal(await cq.putUnit(i * 100, 100, 0, i), true);
+      assert.equal(await cq.putUnit(0, 100, 0, 0), true);
+      // Prepared from the first unit (⅛ of the file).
+      assert.equal(table.preparedFileCount, 1);
+      for (let i = 1; i < 5; i++) assert.equal(await cq.putUnit(i * 100, 100, 0, i), true);
       await table.whenPrepared();
-      assert.equal(table.preparedFileCount, 0);
-      assert.equal(cq.putUnitNow(500, 100, 0, 5), true); // 6 of 8 units
+      assert.equal(cq.putUnitNow(500, 100, 0, 5), true);
       assert.equal(table.preparedFileCount, 1);
       await table.whenPrepared();
       assert.equal(cq.files.length, 1);
       assert.equal(cq.files[0]!.isFull, false);
       const next = "/s/consumequeue/A/0/00000000000000000160";
       assert.equal(created.filter((path) => path.startsWith(next)).length, 1);
-      const before = created.length;
       for (let i = 6; i < 12; i++) await cq.putUnit(i * 100, 100, 0, i);
-      assert.equal(created.length, before, "the roll created no file");
+      // The roll took the prepared file (the one after it is prepared now).
+      assert.equal(
+        created.filter((path) => path.startsWith(next)).length,
+        1,
+        "the roll created no file",
+      );
       assert.equal(cq.files.length, 2);
       assert.equal(cq.files[1]!.path, next);
       for (let i = 0; i < 12; i++) {
@@ -470,7 +476,7 @@ describe("MessageStore files made ahead", () => {
     await table.load();
     await table.recover();
     const cq = await table.findOrCreate("A", 0);
-    // 14 units: the second file is ¾ full, the third prepared.
+    // 14 units: the second file has 6, the third is prepared.
     for (let i = 0; i < 14; i++) await cq.putUnit(i * 100, 100, 0, i);
     await table.whenPrepared();
     assert.equal((await port.list("/s/consumequeue/A/0")).length, 3);

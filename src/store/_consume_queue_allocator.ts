@@ -2,10 +2,11 @@
  * Consume-queue files made ahead of need, for every queue of a store.
  *
  * ```
- * putUnit ─► file ¾ full ─► prepare(next path)   background, one at a time:
+ * putUnit ─► file ⅛ full ─► prepare(next path)   background, one at a time:
  *                                                 tmp → fallocate → sync → rename → map
  * putUnit ─► file full ─► MappedFileQueue asks request(next path)
- *                             └─► the prepared file (awaited if still in creation),
+ *                             └─► the prepared file (awaited if still in creation:
+ *                                 the queue holds its units in memory meanwhile),
  *                                 or a creation now when none was prepared
  * ```
  *
@@ -57,7 +58,7 @@ export interface ConsumeQueueAllocatorOptions {
  * ```ts ignore
  * const allocator = new ConsumeQueueAllocator({ port });
  * const queue = new MappedFileQueue({ port, directory, fileSizeBytes, allocator });
- * allocator.prepare(`${directory}/00000000000006000000`, fileSizeBytes); // ¾ full
+ * allocator.prepare(`${directory}/00000000000006000000`, fileSizeBytes); // ⅛ full
  * await queue.getOrCreateLastMappedFile(); // at the roll: the prepared file
  * await allocator.close(); // removes files prepared and not taken
  * ```
@@ -68,6 +69,8 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
   #clock: Clock | undefined;
   /** Files prepared or being prepared, by path, not yet handed over. */
   #prepared = new Map<string, Promise<MappedFile>>();
+  /** Paths of {@link #prepared} whose creation succeeded. */
+  #ready = new Set<string>();
   /** Tail of the chain of creations (one at a time; never rejects). */
   #chain: Promise<void> = Promise.resolve();
   #closing = false;
@@ -80,6 +83,11 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     this.#clock = options.clock;
   }
 
+  /** Whether the file `path` is prepared, created and not handed over yet. */
+  isReady(path: string): boolean {
+    return this.#ready.has(path);
+  }
+
   /** Files prepared (or in creation) and not handed over. */
   get preparedCount(): number {
     return this.#prepared.size;
@@ -89,19 +97,26 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
    * Starts creating the file `path` in the background, after the
    * creations already queued; nothing when it is prepared already or the
    * allocator is closing.
+   *
+   * @returns Resolves (never rejects) once that creation has ended,
+   *   either way (at once when nothing was started).
    */
-  prepare(path: string, fileSizeBytes: number): void {
-    if (this.#closing || this.#prepared.has(path)) return;
+  prepare(path: string, fileSizeBytes: number): Promise<void> {
+    if (this.#closing) return Promise.resolve();
+    const preparing = this.#prepared.get(path);
+    if (preparing !== undefined) return preparing.then(ignore, ignore);
     const created = this.#chain.then(() => {
       if (this.#closing) {
         throw new MqStoreError("CLOSED", `Cannot prepare ${path}: the allocator closed`);
       }
       return this.#create(path, fileSizeBytes);
     });
-    this.#chain = created.then(() => {}, () => {});
+    this.#chain = created.then(() => {
+      if (this.#prepared.get(path) === created) this.#ready.add(path);
+    }, ignore);
     // A failure is kept for the roll that asks for the file.
-    created.catch(() => {});
     this.#prepared.set(path, created);
+    return this.#chain;
   }
 
   /**
@@ -121,6 +136,7 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     const prepared = this.#prepared.get(path);
     if (prepared === undefined) return await this.#create(path, fileSizeBytes);
     this.#prepared.delete(path);
+    this.#ready.delete(path);
     return await prepared;
   }
 
@@ -138,6 +154,7 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     for (const [path, prepared] of [...this.#prepared]) {
       if (!path.startsWith(prefix)) continue;
       this.#prepared.delete(path);
+      this.#ready.delete(path);
       const file = await prepared.catch(() => undefined);
       await file?.destroy({ waitMs: 0 });
     }
@@ -149,6 +166,7 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     await this.#chain;
     const prepared = [...this.#prepared.values()];
     this.#prepared.clear();
+    this.#ready.clear();
     for (const file of prepared) {
       await (await file.catch(() => undefined))?.destroy({ waitMs: 0 });
     }
@@ -165,3 +183,5 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     });
   }
 }
+
+function ignore(): void {}

@@ -15,8 +15,13 @@
  * does, so every file stays a dense array indexed by queue offset.
  *
  * With an allocator (the table's), the next file is created in the
- * background once the written one is ¾ full, so a roll does not wait for
- * a creation (see `_consume_queue_allocator.ts`).
+ * background once the written one is ⅛ full, and a roll does not wait for
+ * it: if it is not there yet, the units past the roll are held in memory
+ * (up to a file's worth), as a new queue's are (below), and written to it
+ * once it is. While a file is being created, one synchronous put in
+ * `TURN_EVERY_UNITS` (from half the file on) defers to the awaited path,
+ * which lets the event loop turn: the creation's I/O completes even under
+ * a producer that never yields.
  *
  * A new queue started with {@link ConsumeQueue.startInMemory} does not
  * wait for its first file either: its units go into a small in-memory
@@ -35,6 +40,7 @@
  * @module
  */
 
+import { setImmediate } from "node:timers";
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
 // Byte stores of the unit written in place (no view of the mapping).
@@ -57,16 +63,39 @@ import { joinPath, segmentFileName } from "../segment/_file_name.ts";
 
 /**
  * The next file is prepared when the written one is this share full
- * (numerator over {@link PREPARE_AHEAD_DENOMINATOR}).
+ * (numerator over {@link PREPARE_AHEAD_DENOMINATOR}): early, so its
+ * creation (about eight awaited I/O steps, each needing a turn of the
+ * event loop) has most of a file's units to finish in, but not at the
+ * first unit, so the many queues that never fill a file do not each get
+ * a second one on disk.
  */
-const PREPARE_AHEAD_NUMERATOR = 3;
-const PREPARE_AHEAD_DENOMINATOR = 4;
+const PREPARE_AHEAD_NUMERATOR = 1;
+const PREPARE_AHEAD_DENOMINATOR = 8;
 /**
  * Units a queue holds in memory while its first file is created, at most
  * (80 KiB; a few hundred ms of one queue at full speed): past it, dispatch
  * waits for the file.
  */
 const IN_MEMORY_UNITS_MAX = 0x1000;
+/**
+ * While a file the queue will need is being created and the last file is
+ * half full or more (or units wait in memory), one synchronous put in this
+ * many declines ({@link ConsumeQueue.putUnitNow} answers undefined) and
+ * {@link ConsumeQueue.putUnit} first waits for a turn of the event loop:
+ * a producer that never yields (a tight `await put()` loop) would
+ * otherwise never let the creation's I/O complete. Not before half: a
+ * declined put costs the producer a wait for dispatch (the lag bound),
+ * and a creation started at ⅛ usually ends on the turns a producer
+ * gives anyway.
+ */
+const TURN_EVERY_UNITS = 0x1000;
+/**
+ * Files prepared ahead by a queue that once rolled before its next file
+ * was created: under writeback a creation can take longer than such a
+ * queue takes to fill a whole file (6 MB is 300,000 units: 150 ms at
+ * 2 M msgs/s). Others prepare one, sparing the disk.
+ */
+const FILES_AHEAD_FAST = 2;
 /** The in-memory buffer's first size, in units; it doubles up to the max. */
 const IN_MEMORY_UNITS_INITIAL = 0x40;
 
@@ -111,6 +140,13 @@ export interface ConsumeQueueOptions {
    * @default {undefined}
    */
   allocator?: ConsumeQueueAllocator;
+  /**
+   * Told when the file a roll's buffered units wait for cannot be created
+   * (they stay in memory; the next put or flush throws the error too).
+   *
+   * @default {undefined}
+   */
+  onFileError?: (error: unknown) => void;
 }
 
 /** One unit of a consume queue. */
@@ -258,17 +294,41 @@ export class ConsumeQueue {
   /** fileFromOffset of the last file whose successor was prepared; -1 for none. */
   #preparedAfter = -1;
   /**
-   * Units from queue offset 0 held while the first file is created (see
-   * {@link startInMemory}); undefined once they are in the file. Only
-   * appended to, so a view handed to a reader stays valid.
+   * Units held while the file they go to is created: the first file (see
+   * {@link startInMemory}) or the next one at a roll; undefined once they
+   * are in the file. Only appended to, so a view handed to a reader stays
+   * valid.
    */
   #inMemory: Uint8Array | undefined;
+  /** Logical byte offset of the first unit of {@link #inMemory} (the file's start). */
+  #inMemoryFrom = 0;
   /** Bytes of {@link #inMemory} in use. */
   #inMemoryBytes = 0;
-  /** The first file's creation and the write of the buffered units; undefined when done. */
-  #firstFile: Promise<void> | undefined;
-  /** Why the first file could not be created (the buffered units stay in memory). */
-  #firstFileError: unknown;
+  /** Most bytes {@link #inMemory} may hold; past it, puts wait for the file. */
+  #inMemoryCapBytes = 0;
+  /** That file's creation and the write of the buffered units; undefined when done. */
+  #pendingFile: Promise<void> | undefined;
+  /** Why that file could not be created (the buffered units stay in memory). */
+  #pendingFileError: unknown;
+  /** Told of a failed creation at a roll (a put or flush meeting it throws it too). */
+  #onFileError: ((error: unknown) => void) | undefined;
+  /**
+   * Creations of files this queue will need that are in progress (the
+   * next file prepared ahead, or the one the buffered units wait for).
+   */
+  #creations = 0;
+  /**
+   * Files prepared ahead: 1, or {@link FILES_AHEAD_FAST} once the queue
+   * outran a creation (see {@link #startRollInMemory}).
+   */
+  #filesAhead = 1;
+  /**
+   * Write position of a file from which a creation in progress gets
+   * turns (see {@link TURN_EVERY_UNITS}): half the file.
+   */
+  #turnAtPosition: number;
+  /** Synchronous puts left before one declines to let the event loop turn (see {@link TURN_EVERY_UNITS}). */
+  #unitsToTurn = TURN_EVERY_UNITS;
 
   /** @param options Port, store root, topic, queue id and file size. */
   constructor(options: ConsumeQueueOptions) {
@@ -294,10 +354,13 @@ export class ConsumeQueue {
     this.directory = consumeQueueDirectory(options.rootDirectory, options.topic, options.queueId);
     this.#readOnly = options.readOnly === true;
     this.#allocator = this.#readOnly ? undefined : options.allocator;
+    this.#onFileError = options.onFileError;
     const prepareAt = Math.floor(
       fileSizeBytes * PREPARE_AHEAD_NUMERATOR / PREPARE_AHEAD_DENOMINATOR,
     );
     this.#prepareAtPosition = prepareAt - prepareAt % CQ_UNIT_SIZE_BYTES;
+    const turnAt = Math.floor(fileSizeBytes / 2);
+    this.#turnAtPosition = turnAt - turnAt % CQ_UNIT_SIZE_BYTES;
     this.#queue = new MappedFileQueue({
       port: options.port,
       directory: this.directory,
@@ -315,7 +378,7 @@ export class ConsumeQueue {
    * @throws {MqStoreError} `INVALID_FILE` for a file of another size or a gap.
    */
   async load(): Promise<void> {
-    assert(this.#firstFile === undefined, `${this.directory} is loaded or started, not both`);
+    assert(this.#pendingFile === undefined, `${this.directory} is loaded or started, not both`);
     await this.#queue.load();
   }
 
@@ -329,31 +392,65 @@ export class ConsumeQueue {
    */
   startInMemory(onError: (error: unknown) => void): void {
     assert(
-      !this.#readOnly && this.#firstFile === undefined && this.#queue.files.length === 0,
+      !this.#readOnly && this.#pendingFile === undefined && this.#queue.files.length === 0,
       `${this.directory} is a new writable queue`,
     );
     this.#inMemory = new Uint8Array(IN_MEMORY_UNITS_INITIAL * CQ_UNIT_SIZE_BYTES);
-    const created = this.#createFirstFile();
-    // The error is also kept for the next put and flush.
-    created.catch(onError);
-    this.#firstFile = created;
+    this.#inMemoryFrom = 0;
+    this.#inMemoryCapBytes = Math.min(IN_MEMORY_UNITS_MAX * CQ_UNIT_SIZE_BYTES, this.fileSizeBytes);
+    this.#startPendingFile(async () => {
+      await this.#queue.load();
+      return await this.#queue.getOrCreateLastMappedFile(0);
+    }, onError);
   }
 
-  /** Units held in memory while the first file is created (tests, stats). */
+  /**
+   * Starts a roll without waiting for the next file: the units from the
+   * end of the full last file `last` go into memory (up to a file's worth)
+   * while the next file is taken from the allocator (prepared ahead, or
+   * still in creation); they are written to it once it is there.
+   */
+  #startRollInMemory(last: MappedFile): void {
+    this.#inMemory = new Uint8Array(IN_MEMORY_UNITS_INITIAL * CQ_UNIT_SIZE_BYTES);
+    this.#inMemoryFrom = last.fileFromOffset + this.fileSizeBytes;
+    const path = joinPath(this.directory, segmentFileName(this.#inMemoryFrom));
+    // The queue filled a file before its successor was created: a fast one.
+    if (this.#allocator?.isReady(path) === false) this.#filesAhead = FILES_AHEAD_FAST;
+    this.#inMemoryCapBytes = this.fileSizeBytes;
+    this.#startPendingFile(
+      () => this.#queue.getOrCreateLastMappedFile(this.#inMemoryFrom),
+      (error) => this.#onFileError?.(error),
+    );
+    // The file after it is prepared now (it starts once this one is
+    // done), not once this one has units.
+    this.#prepareAfterOffset(this.#inMemoryFrom);
+  }
+
+  #startPendingFile(create: () => Promise<MappedFile>, onError: (error: unknown) => void): void {
+    this.#creations++;
+    const created = this.#writePendingFile(create);
+    // The error is also kept for the next put and flush.
+    created.catch(onError).finally(() => this.#creations--);
+    this.#pendingFile = created;
+  }
+
+  /** Units held in memory while a file is created (tests, stats). */
   get inMemoryUnitCount(): number {
     return this.#inMemoryBytes / CQ_UNIT_SIZE_BYTES;
   }
 
-  /** Resolves once the first file of a queue started in memory holds its units. */
+  /** Resolves once the file the in-memory units wait for (first file or roll) holds them. */
   async whenFileReady(): Promise<void> {
-    await this.#firstFile;
+    await this.#pendingFile;
   }
 
-  async #createFirstFile(): Promise<void> {
+  async #writePendingFile(create: () => Promise<MappedFile>): Promise<void> {
     try {
-      await this.#queue.load();
-      const file = await this.#queue.getOrCreateLastMappedFile(0);
-      assert(file.fileFromOffset === 0 && file.wrotePosition === 0, `${file.path} is new`);
+      const file = await create();
+      assert(
+        file.fileFromOffset === this.#inMemoryFrom && file.wrotePosition === 0,
+        `${file.path} is new`,
+      );
       // Bounded by the units buffered: each round writes those buffered so
       // far, and only a port that cannot map awaits in between.
       for (let written = 0; written < this.#inMemoryBytes;) {
@@ -371,14 +468,15 @@ export class ConsumeQueue {
       assert(file.wrotePosition === this.#inMemoryBytes, `${file.path} holds every buffered unit`);
       this.#inMemory = undefined;
       this.#inMemoryBytes = 0;
-      this.#firstFile = undefined;
+      this.#inMemoryFrom = 0;
+      this.#pendingFile = undefined;
       if (
         file.wrotePosition >= this.#prepareAtPosition && this.#preparedAfter !== file.fileFromOffset
       ) {
         this.#prepareAfter(file);
       }
     } catch (error) {
-      this.#firstFileError = error;
+      this.#pendingFileError = error;
       throw error;
     }
   }
@@ -394,12 +492,13 @@ export class ConsumeQueue {
     tagsCode: number,
     queueOffset: number,
   ): boolean | undefined {
-    if (this.#firstFileError !== undefined) throw this.#firstFileError;
-    const at = queueOffset * CQ_UNIT_SIZE_BYTES;
+    if (this.#pendingFileError !== undefined) throw this.#pendingFileError;
+    // Relative to the buffer: a unit before it (in the full file) is a repeat.
+    const at = queueOffset * CQ_UNIT_SIZE_BYTES - this.#inMemoryFrom;
     if (at < this.#inMemoryBytes) return false;
     if (at > this.#inMemoryBytes) return undefined;
-    // No more than the first file holds: the buffer is written into it.
-    const capBytes = Math.min(IN_MEMORY_UNITS_MAX * CQ_UNIT_SIZE_BYTES, this.fileSizeBytes);
+    // No more than the file holds: the buffer is written into it.
+    const capBytes = this.#inMemoryCapBytes;
     if (at + CQ_UNIT_SIZE_BYTES > capBytes) return undefined;
     let buffer = this.#inMemory!;
     if (at + CQ_UNIT_SIZE_BYTES > buffer.length) {
@@ -484,10 +583,16 @@ export class ConsumeQueue {
     assert(!this.#putting, `puts to ${this.directory} do not overlap: await each one`);
     this.#putting = true;
     try {
+      if (this.#creations > 0 && this.#unitsToTurn < 0) {
+        // putUnitNow declined for this (see TURN_EVERY_UNITS): the awaited
+        // turn lets the creations' I/O completions in.
+        this.#unitsToTurn = TURN_EVERY_UNITS;
+        await nextTurn();
+      }
       if (this.#inMemory !== undefined) {
         const put = this.#putInMemory(commitLogOffset, size, tagsCode, queueOffset);
         if (put !== undefined) return put;
-        await this.#firstFile;
+        await this.#pendingFile;
       }
       return await this.#put(commitLogOffset, size, tagsCode, queueOffset);
     } finally {
@@ -501,6 +606,10 @@ export class ConsumeQueue {
    * mapping. Answers as putUnit does (true: written; false: a skipped
    * repeat), or undefined, writing nothing, when the put needs I/O or a
    * check of putUnit (a new file, padding, a gap): call putUnit then.
+   * At a roll it does not wait for the next file: the units go into
+   * memory until the file is there. While a file is being created, one
+   * put in {@link TURN_EVERY_UNITS} from half the file on answers
+   * undefined, so that putUnit lets the event loop turn.
    */
   putUnitNow(
     commitLogOffset: number,
@@ -510,17 +619,23 @@ export class ConsumeQueue {
   ): boolean | undefined {
     checkUnit(commitLogOffset, size, tagsCode, queueOffset);
     if (commitLogOffset + size <= this.#maxPhysicOffset) return false;
-    if (this.#inMemory !== undefined && !this.#putting) {
+    if (this.#putting) return undefined;
+    if (this.#inMemory !== undefined || this.#tryRollInMemory(queueOffset)) {
+      if (this.#creations > 0 && --this.#unitsToTurn < 0) return undefined;
       return this.#putInMemory(commitLogOffset, size, tagsCode, queueOffset);
     }
     const file = this.#queue.lastFile;
-    if (this.#putting || file === undefined || file.isFull || file.writeMode !== "mapping") {
-      return undefined;
-    }
+    if (file === undefined || file.isFull || file.writeMode !== "mapping") return undefined;
     const expectLogicOffset = queueOffset * CQ_UNIT_SIZE_BYTES;
     const currentLogicOffset = file.fileFromOffset + file.wrotePosition;
     if (expectLogicOffset < currentLogicOffset) return false;
     if (expectLogicOffset > currentLogicOffset) return undefined;
+    if (
+      this.#creations > 0 && file.wrotePosition >= this.#turnAtPosition &&
+      --this.#unitsToTurn < 0
+    ) {
+      return undefined;
+    }
     // Straight into the mapping (one unit per dispatched message): no
     // scratch unit copied with a native set().
     const written = this.#written;
@@ -575,27 +690,22 @@ export class ConsumeQueue {
     sizes: Int32Array,
     tagsCodes: Float64Array,
   ): number {
-    if (count <= 0 || this.#inMemory !== undefined || this.#putting) return 0;
+    if (count <= 0 || this.#putting) return 0;
+    if (offsets[0]! + sizes[0]! <= this.#maxPhysicOffset) return 0;
+    if (this.#inMemory !== undefined || this.#tryRollInMemory(queueOffset)) {
+      return this.#putRunInMemory(count, queueOffset, offsets, sizes, tagsCodes);
+    }
     const file = this.#queue.lastFile;
     if (file === undefined || file.isFull || file.writeMode !== "mapping") return 0;
-    if (offsets[0]! + sizes[0]! <= this.#maxPhysicOffset) return 0;
     if (queueOffset * CQ_UNIT_SIZE_BYTES !== file.fileFromOffset + file.wrotePosition) return 0;
     const room = Math.floor((this.fileSizeBytes - file.wrotePosition) / CQ_UNIT_SIZE_BYTES);
     const n = Math.min(count, room);
-    let end = this.#maxPhysicOffset;
-    for (let i = 0; i < n; i++) {
-      const offset = offsets[i]!;
-      checkUnit(offset, sizes[i]!, tagsCodes[i]!, queueOffset + i);
-      // Units follow the commit log: each record after the one before.
-      if (offset < end) {
-        throw new RangeError(
-          `Commit-log offset ${offset} of queue offset ${
-            queueOffset + i
-          } is before ${end}, the end of the unit before it`,
-        );
-      }
-      end = offset + sizes[i]!;
+    if (this.#creations > 0 && file.wrotePosition >= this.#turnAtPosition) {
+      // Declined: putUnitNow takes them one by one and declines in turn.
+      if (this.#unitsToTurn <= 0) return 0;
+      this.#unitsToTurn -= n;
     }
+    const end = this.#checkRun(n, queueOffset, offsets, sizes, tagsCodes);
     const run = this.#run;
     run.wroteBytes = n * CQ_UNIT_SIZE_BYTES;
     run.storeTimestampMs = file.storeTimestampMs;
@@ -610,6 +720,74 @@ export class ConsumeQueue {
       this.#prepareAfter(file);
     }
     return n;
+  }
+
+  /** {@link putUnitsNow} into the in-memory buffer (a file in creation). */
+  #putRunInMemory(
+    count: number,
+    queueOffset: number,
+    offsets: Float64Array,
+    sizes: Int32Array,
+    tagsCodes: Float64Array,
+  ): number {
+    if (this.#pendingFileError !== undefined) throw this.#pendingFileError;
+    const at = queueOffset * CQ_UNIT_SIZE_BYTES - this.#inMemoryFrom;
+    if (at !== this.#inMemoryBytes) return 0;
+    const n = Math.min(count, Math.floor((this.#inMemoryCapBytes - at) / CQ_UNIT_SIZE_BYTES));
+    if (n <= 0) return 0;
+    if (this.#unitsToTurn <= 0) return 0;
+    this.#unitsToTurn -= n;
+    const end = this.#checkRun(n, queueOffset, offsets, sizes, tagsCodes);
+    const need = at + n * CQ_UNIT_SIZE_BYTES;
+    let buffer = this.#inMemory!;
+    if (need > buffer.length) {
+      let length = buffer.length;
+      // Bounded: doubles up to the cap, which `need` is within.
+      while (length < need) length = Math.min(length * 2, this.#inMemoryCapBytes);
+      const grown = new Uint8Array(length);
+      grown.set(buffer.subarray(0, at));
+      buffer = grown;
+      this.#inMemory = grown;
+    }
+    let position = at;
+    for (let i = 0; i < n; i++) {
+      putInt64(buffer, position, offsets[i]!);
+      putInt32(buffer, position + CQ_UNIT_SIZE_POSITION, sizes[i]!);
+      putInt64(buffer, position + CQ_UNIT_TAGS_CODE_POSITION, tagsCodes[i]!);
+      position += CQ_UNIT_SIZE_BYTES;
+    }
+    this.#inMemoryBytes = need;
+    this.#maxPhysicOffset = end;
+    return n;
+  }
+
+  /**
+   * Checks the first `n` units of a run (see {@link putUnitsNow}).
+   *
+   * @returns The end of the last one's message.
+   */
+  #checkRun(
+    n: number,
+    queueOffset: number,
+    offsets: Float64Array,
+    sizes: Int32Array,
+    tagsCodes: Float64Array,
+  ): number {
+    let end = this.#maxPhysicOffset;
+    for (let i = 0; i < n; i++) {
+      const offset = offsets[i]!;
+      checkUnit(offset, sizes[i]!, tagsCodes[i]!, queueOffset + i);
+      // Units follow the commit log: each record after the one before.
+      if (offset < end) {
+        throw new RangeError(
+          `Commit-log offset ${offset} of queue offset ${
+            queueOffset + i
+          } is before ${end}, the end of the unit before it`,
+        );
+      }
+      end = offset + sizes[i]!;
+    }
+    return end;
   }
 
   /** The units putUnitsNow writes, and the append outcome it reports. */
@@ -645,9 +823,38 @@ export class ConsumeQueue {
 
   /** Asks the allocator to create the file after `file` in the background. */
   #prepareAfter(file: MappedFile): void {
-    this.#preparedAfter = file.fileFromOffset;
-    const next = file.fileFromOffset + this.fileSizeBytes;
-    this.#allocator?.prepare(joinPath(this.directory, segmentFileName(next)), this.fileSizeBytes);
+    this.#prepareAfterOffset(file.fileFromOffset);
+  }
+
+  /** {@link #prepareAfter} for the file from logical byte offset `fileFromOffset`. */
+  #prepareAfterOffset(fileFromOffset: number): void {
+    this.#preparedAfter = fileFromOffset;
+    const allocator = this.#allocator;
+    if (allocator === undefined) return;
+    for (let ahead = 1; ahead <= this.#filesAhead; ahead++) {
+      const next = fileFromOffset + ahead * this.fileSizeBytes;
+      this.#creations++;
+      allocator.prepare(joinPath(this.directory, segmentFileName(next)), this.fileSizeBytes)
+        .finally(() => this.#creations--);
+    }
+  }
+
+  /**
+   * Starts the roll in memory ({@link #startRollInMemory}) when the unit
+   * of `queueOffset` is the first of the file after a full last file
+   * written through a mapping, with an allocator to take it from.
+   */
+  #tryRollInMemory(queueOffset: number): boolean {
+    const last = this.#queue.lastFile;
+    if (
+      this.#allocator === undefined || last === undefined || !last.isFull ||
+      last.writeMode !== "mapping" ||
+      queueOffset * CQ_UNIT_SIZE_BYTES !== last.fileFromOffset + this.fileSizeBytes
+    ) {
+      return false;
+    }
+    this.#startRollInMemory(last);
+    return true;
   }
 
   async #put(
@@ -725,12 +932,13 @@ export class ConsumeQueue {
     const logicOffset = queueOffset * CQ_UNIT_SIZE_BYTES;
     if (logicOffset < this.#minLogicOffset) return undefined;
     const inMemory = this.#inMemory;
-    if (inMemory !== undefined) {
+    if (inMemory !== undefined && logicOffset >= this.#inMemoryFrom) {
       // A view: the buffer is only appended to, and replaced when it grows.
-      const available = Math.floor((this.#inMemoryBytes - logicOffset) / CQ_UNIT_SIZE_BYTES);
+      const at = logicOffset - this.#inMemoryFrom;
+      const available = Math.floor((this.#inMemoryBytes - at) / CQ_UNIT_SIZE_BYTES);
       if (available <= 0) return undefined;
-      const end = logicOffset + Math.min(available, maxCount) * CQ_UNIT_SIZE_BYTES;
-      return new ConsumeQueueUnits(queueOffset, inMemory.subarray(logicOffset, end), () => {});
+      const end = at + Math.min(available, maxCount) * CQ_UNIT_SIZE_BYTES;
+      return new ConsumeQueueUnits(queueOffset, inMemory.subarray(at, end), () => {});
     }
     const file = this.#queue.findMappedFileByOffset(logicOffset);
     if (file === undefined) return undefined;
@@ -751,7 +959,9 @@ export class ConsumeQueue {
   /** The queue offset the next unit gets (RocketMQ's `getMaxOffsetInQueue`). */
   get maxOffsetInQueue(): number {
     const end = this.#readOnlyEnd ??
-      (this.#inMemory !== undefined ? this.#inMemoryBytes : this.#queue.maxOffset);
+      (this.#inMemory !== undefined
+        ? this.#inMemoryFrom + this.#inMemoryBytes
+        : this.#queue.maxOffset);
     return end / CQ_UNIT_SIZE_BYTES;
   }
 
@@ -777,7 +987,7 @@ export class ConsumeQueue {
    * message. Unchanged when the first file has no such unit.
    */
   async correctMinOffset(minCommitLogOffset: number): Promise<void> {
-    await this.#firstFile;
+    await this.#pendingFile;
     const file = this.#queue.firstFile;
     if (file === undefined) return;
     const range = await file.selectRange(0, file.readPosition);
@@ -810,7 +1020,7 @@ export class ConsumeQueue {
     if (this.#readOnly) {
       throw new MqStoreError("UNSUPPORTED", `Cannot truncate ${this.directory}: opened read-only`);
     }
-    await this.#firstFile;
+    await this.#pendingFile;
     this.#maxPhysicOffset = physicalOffset;
     // A file prepared after one that goes now would leave a gap on disk.
     await this.#allocator?.discard(this.directory);
@@ -841,7 +1051,7 @@ export class ConsumeQueue {
   async flush(leastPages: number): Promise<boolean> {
     // Units held in memory are flushed once they are in the file (a
     // failed creation rejects: the checkpoint must not count them).
-    await this.#firstFile;
+    await this.#pendingFile;
     return await this.#queue.flush(leastPages);
   }
 
@@ -853,7 +1063,7 @@ export class ConsumeQueue {
    * @returns How many files were deleted.
    */
   async deleteExpiredFile(minCommitLogOffset: number): Promise<number> {
-    await this.#firstFile;
+    await this.#pendingFile;
     const deleted = await this.#queue.deleteExpiredByOffset(
       minCommitLogOffset,
       CQ_UNIT_SIZE_BYTES,
@@ -865,13 +1075,13 @@ export class ConsumeQueue {
   /** Closes the files (flush first). Idempotent. */
   async close(): Promise<void> {
     // A failed creation was reported by the puts and flushes that met it.
-    await this.#firstFile?.catch(() => {});
+    await this.#pendingFile?.catch(() => {});
     await this.#queue.close({ waitMs: 0 });
   }
 
   /** Deletes every file of the queue and closes it. */
   async destroy(): Promise<void> {
-    await this.#firstFile?.catch(() => {});
+    await this.#pendingFile?.catch(() => {});
     await this.#allocator?.discard(this.directory);
     this.#preparedAfter = -1;
     await this.#queue.destroy();
@@ -879,6 +1089,7 @@ export class ConsumeQueue {
     this.#minLogicOffset = 0;
     this.#inMemory = undefined;
     this.#inMemoryBytes = 0;
+    this.#inMemoryFrom = 0;
   }
 
   /**
@@ -957,6 +1168,11 @@ export class ConsumeQueue {
       assert(false, `a ${unit.length}-byte unit fits in ${file.path} at ${file.wrotePosition}`);
     }
   }
+}
+
+/** Resolves on a later turn of the event loop, after pending I/O callbacks. */
+function nextTurn(): Promise<void> {
+  return new Promise<void>((resolve) => setImmediate(resolve));
 }
 
 /**

@@ -271,6 +271,7 @@ export class ConsumeQueueTable {
       sparse: options.sparse,
       clock: options.clock,
       allocator: this.#allocator,
+      onFileError: (error) => this.#options.onError?.(error),
     });
   }
 
