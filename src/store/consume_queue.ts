@@ -498,15 +498,8 @@ export class ConsumeQueue {
     if (at < this.#inMemoryBytes) return false;
     if (at > this.#inMemoryBytes) return undefined;
     // No more than the file holds: the buffer is written into it.
-    const capBytes = this.#inMemoryCapBytes;
-    if (at + CQ_UNIT_SIZE_BYTES > capBytes) return undefined;
-    let buffer = this.#inMemory!;
-    if (at + CQ_UNIT_SIZE_BYTES > buffer.length) {
-      const grown = new Uint8Array(Math.min(buffer.length * 2, capBytes));
-      grown.set(buffer.subarray(0, this.#inMemoryBytes));
-      buffer = grown;
-      this.#inMemory = grown;
-    }
+    if (at + CQ_UNIT_SIZE_BYTES > this.#inMemoryCapBytes) return undefined;
+    const buffer = this.#inMemoryWithRoom(at + CQ_UNIT_SIZE_BYTES);
     const view = this.#unitView;
     writeInt64(view, 0, commitLogOffset);
     view.setInt32(CQ_UNIT_SIZE_POSITION, size);
@@ -739,16 +732,7 @@ export class ConsumeQueue {
     this.#unitsToTurn -= n;
     const end = this.#checkRun(n, queueOffset, offsets, sizes, tagsCodes);
     const need = at + n * CQ_UNIT_SIZE_BYTES;
-    let buffer = this.#inMemory!;
-    if (need > buffer.length) {
-      let length = buffer.length;
-      // Bounded: doubles up to the cap, which `need` is within.
-      while (length < need) length = Math.min(length * 2, this.#inMemoryCapBytes);
-      const grown = new Uint8Array(length);
-      grown.set(buffer.subarray(0, at));
-      buffer = grown;
-      this.#inMemory = grown;
-    }
+    const buffer = this.#inMemoryWithRoom(need);
     let position = at;
     for (let i = 0; i < n; i++) {
       putInt64(buffer, position, offsets[i]!);
@@ -759,6 +743,23 @@ export class ConsumeQueue {
     this.#inMemoryBytes = need;
     this.#maxPhysicOffset = end;
     return n;
+  }
+
+  /**
+   * The in-memory buffer with room for `needBytes` (within its cap): a
+   * grown copy when it has less. The old one is left as it is, so views
+   * of it that readers hold stay valid.
+   */
+  #inMemoryWithRoom(needBytes: number): Uint8Array {
+    const buffer = this.#inMemory!;
+    if (needBytes <= buffer.length) return buffer;
+    let length = buffer.length;
+    // Bounded: doubles up to the cap, which needBytes is within.
+    while (length < needBytes) length = Math.min(length * 2, this.#inMemoryCapBytes);
+    const grown = new Uint8Array(length);
+    grown.set(buffer.subarray(0, this.#inMemoryBytes));
+    this.#inMemory = grown;
+    return grown;
   }
 
   /**
