@@ -29,6 +29,7 @@ import { MqStoreError } from "../errors.ts";
 import {
   BODY_CRC_POSITION,
   bodyCrc,
+  DataViewCache,
   FLAG_POSITION,
   HOST_V6_EXTRA_BYTES,
   MAGIC_POSITION,
@@ -42,6 +43,7 @@ import {
   QUEUE_ID_POSITION,
   QUEUE_OFFSET_POSITION,
   RECORD_FIXED_SIZE_BYTES,
+  setInt64,
   STORE_TIMESTAMP_POSITION_V4,
   STORE_TIMESTAMP_POSITION_V6,
   SYS_FLAG_BORN_HOST_V6,
@@ -71,8 +73,6 @@ const TOPIC_LENGTH_BYTES = 0x01;
 const PROPERTIES_LENGTH_BYTES = 0x02;
 /** Longest tail of a member without properties: a 127-character topic and both lengths. */
 const BARE_TAIL_MAX_BYTES = 0x84;
-const TWO_POW_32 = 0x1_0000_0000;
-const TWO_POW_MINUS_32 = 1 / TWO_POW_32;
 
 /** The pairs of a member without properties, for its dispatch hint. */
 const NO_PAIRS = {
@@ -85,13 +85,6 @@ const NO_PAIRS = {
     throw new RangeError("A message without properties has no pairs");
   },
 };
-
-/** Writes `value` (a safe integer) as an int64 at `position`. */
-function setInt64(view: DataView, position: number, value: number): void {
-  const high = Math.floor(value * TWO_POW_MINUS_32);
-  view.setInt32(position, high);
-  view.setUint32(position + 4, value - high * TWO_POW_32);
-}
 
 /** Whether `value` is an int32 number (no call, no allocation). */
 function isInt32(value: unknown): value is number {
@@ -163,9 +156,8 @@ export class BatchEncoder {
   #wait = false;
   /** Position of storeTimestamp in the records of the batch encoded last. */
   #storeTimestampPosition = 0;
-  /** The array {@link #view} views. */
-  #viewed: Uint8Array = new Uint8Array(0);
-  #view = new DataView(this.#viewed.buffer);
+  /** The view of the bytes encoded into or patched. */
+  readonly #views = new DataViewCache();
 
   /** @param encoder The commit log's encoder (its limits apply). */
   constructor(encoder: MessageEncoder) {
@@ -186,14 +178,6 @@ export class BatchEncoder {
   /** Whether the batch encoded last waits for the flush (no member says WAIT=false). */
   get wait(): boolean {
     return this.#wait;
-  }
-
-  #viewOf(bytes: Uint8Array): DataView {
-    if (bytes !== this.#viewed || bytes.length !== this.#view.byteLength) {
-      this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
-      this.#viewed = bytes;
-    }
-    return this.#view;
   }
 
   /**
@@ -249,7 +233,7 @@ export class BatchEncoder {
         return error;
       }
       // Until the batch is whole, it is no record (see above).
-      const d = this.#viewOf(bytes);
+      const d = this.#views.of(bytes);
       d.setInt32(start + MAGIC_POSITION, 0);
       sizes[0] = firstSize;
       position = start + firstSize;
@@ -402,7 +386,7 @@ export class BatchEncoder {
         offset >= 0 && Number.isSafeInteger(storeTimestamp),
       "patch values are non-negative safe integers",
     );
-    const d = this.#viewOf(bytes);
+    const d = this.#views.of(bytes);
     const sizes = this.#sizes;
     const count = this.#count;
     const storeTimestampAt = this.#storeTimestampPosition;

@@ -25,7 +25,7 @@
  */
 
 export * from "./constants.ts";
-export { readInt32, writeInt32, writeInt64 } from "./_bytes.ts";
+export { DataViewCache, readInt32, setInt64, writeInt32, writeInt64 } from "./_bytes.ts";
 export { bodyCrc, crc32, crc32Table, crc32Zlib } from "./crc32.ts";
 export {
   checkRecord,
