@@ -143,6 +143,31 @@ export async function snapshotFiles(
   return files;
 }
 
+/** Removes every file under `path` (the memory port keeps the emptied directories). */
+export async function removeFiles(port: RuntimePort, path: string): Promise<void> {
+  if ((await port.stat(path)) === undefined) return;
+  for (const name of await port.list(path)) {
+    const child = `${path}/${name}`;
+    if ((await port.stat(child))?.isDirectory === true) await removeFiles(port, child);
+    else await port.remove(child);
+  }
+}
+
+/** The consume-queue and index files under `directory`, by path below it. */
+export async function dispatchFiles(
+  port: RuntimePort,
+  directory: string,
+): Promise<Map<string, Uint8Array>> {
+  const files = new Map<string, Uint8Array>();
+  for (const folder of ["consumequeue", "index"]) {
+    if ((await port.stat(`${directory}/${folder}`)) === undefined) continue;
+    for (const [path, bytes] of await snapshotFiles(port, `${directory}/${folder}`)) {
+      files.set(path.slice(directory.length), bytes);
+    }
+  }
+  return files;
+}
+
 /**
  * Asserts that a rejected operation changed no file: every file of `before`
  * is byte-identical in `after`, and a file that appeared since is all zeros

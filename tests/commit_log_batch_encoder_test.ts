@@ -23,10 +23,9 @@ import {
   readInt32,
   SYS_FLAG_POSITION,
 } from "../src/record/mod.ts";
-import type { RuntimePort } from "../src/runtime/port.ts";
 import type { MessageStore } from "../src/store/message_store.ts";
 import { prng } from "./_prng.ts";
-import { openMemoryStore, snapshotFiles } from "./_store_helpers.ts";
+import { dispatchFiles, openMemoryStore, removeFiles } from "./_store_helpers.ts";
 
 const NOW_MS = 1_700_000_000_123;
 const MAX_BYTES = 0x2000;
@@ -341,31 +340,6 @@ describe("BatchEncoder", () => {
     assert.equal(bytes.findIndex((b) => b !== 0), -1);
   });
 });
-
-/** Removes every file under `path` (the memory port keeps the emptied directories). */
-async function removeFiles(port: RuntimePort, path: string): Promise<void> {
-  if ((await port.stat(path)) === undefined) return;
-  for (const name of await port.list(path)) {
-    const child = `${path}/${name}`;
-    if ((await port.stat(child))?.isDirectory === true) await removeFiles(port, child);
-    else await port.remove(child);
-  }
-}
-
-/** The consume-queue and index files under `directory`, by path below it. */
-async function dispatchFiles(
-  port: RuntimePort,
-  directory: string,
-): Promise<Map<string, Uint8Array>> {
-  const files = new Map<string, Uint8Array>();
-  for (const folder of ["consumequeue", "index"]) {
-    if ((await port.stat(`${directory}/${folder}`)) === undefined) continue;
-    for (const [path, bytes] of await snapshotFiles(port, `${directory}/${folder}`)) {
-      files.set(path.slice(directory.length), bytes);
-    }
-  }
-  return files;
-}
 
 describe("MessageStore batches", () => {
   for (const messageIndexEnable of [true, false]) {

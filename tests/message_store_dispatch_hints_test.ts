@@ -24,7 +24,6 @@ import { StoreCheckpoint } from "../src/commit_log/store_checkpoint.ts";
 import { StoreStats } from "../src/commit_log/store_stats.ts";
 import type { MessageInput, PropertiesInput } from "../src/record/mod.ts";
 import { MemoryPort } from "../src/runtime/mod.ts";
-import type { RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { ConsumeQueueTable } from "../src/store/consume_queue_table.ts";
@@ -33,7 +32,13 @@ import { IndexService } from "../src/store/index_service.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { type MessageStoreOptions, resolveOptions } from "../src/store/options.ts";
 import { prng } from "./_prng.ts";
-import { body, openMemoryStore, snapshotFiles, withStoreDirectory } from "./_store_helpers.ts";
+import {
+  body,
+  dispatchFiles,
+  openMemoryStore,
+  removeFiles,
+  withStoreDirectory,
+} from "./_store_helpers.ts";
 
 const TOPICS = ["Orders", "%RETRY%group_a", "T"];
 const TAGS = ["TagA", "", "créé", "标签", "tag with space", "😀"];
@@ -101,31 +106,6 @@ async function putMix(
     }
   }
   return records;
-}
-
-/** The consume-queue and index files under `directory`, by path below it. */
-async function dispatchFiles(
-  port: RuntimePort,
-  directory: string,
-): Promise<Map<string, Uint8Array>> {
-  const files = new Map<string, Uint8Array>();
-  for (const folder of ["consumequeue", "index"]) {
-    if ((await port.stat(`${directory}/${folder}`)) === undefined) continue;
-    for (const [path, bytes] of await snapshotFiles(port, `${directory}/${folder}`)) {
-      files.set(path.slice(directory.length), bytes);
-    }
-  }
-  return files;
-}
-
-/** Removes every file under `path` (the memory port keeps the emptied directories). */
-async function removeFiles(port: RuntimePort, path: string): Promise<void> {
-  if ((await port.stat(path)) === undefined) return;
-  for (const name of await port.list(path)) {
-    const child = `${path}/${name}`;
-    if ((await port.stat(child))?.isDirectory === true) await removeFiles(port, child);
-    else await port.remove(child);
-  }
 }
 
 function assertSameFiles(actual: Map<string, Uint8Array>, expected: Map<string, Uint8Array>): void {
