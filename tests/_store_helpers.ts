@@ -168,6 +168,54 @@ export async function dispatchFiles(
   return files;
 }
 
+/** A port from {@link heldCreations}, with the creations it holds. */
+export interface HeldCreations {
+  port: RuntimePort;
+  /** Creations waiting for {@link HeldCreations.release}. */
+  readonly waiting: number;
+  /** Lets the waiting creations and every later one go on. */
+  release(): void;
+}
+
+/**
+ * Wraps `inner` so that `createFile` of a path `holds` picks waits until
+ * `release()`: a file whose creation is slow.
+ */
+export function heldCreations(
+  inner: RuntimePort,
+  holds: (path: string) => boolean,
+): HeldCreations {
+  let held = true;
+  let waiters: Array<() => void> = [];
+  const port = new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile") {
+        return async (...args: unknown[]) => {
+          if (held && holds(String(args[0]))) {
+            await new Promise<void>((resolve) => waiters.push(resolve));
+          }
+          return await value.apply(target, args);
+        };
+      }
+      return value.bind(target);
+    },
+  });
+  return {
+    port,
+    get waiting() {
+      return waiters.length;
+    },
+    release() {
+      held = false;
+      const released = waiters;
+      waiters = [];
+      for (const resolve of released) resolve();
+    },
+  };
+}
+
 /**
  * Asserts that a rejected operation changed no file: every file of `before`
  * is byte-identical in `after`, and a file that appeared since is all zeros

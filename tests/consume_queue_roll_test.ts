@@ -16,7 +16,13 @@ import { runtimeName } from "../src/runtime/info.ts";
 import { ConsumeQueueTable } from "../src/store/consume_queue_table.ts";
 import type { MessageStore } from "../src/store/message_store.ts";
 import type { MessageStoreOptions } from "../src/store/options.ts";
-import { body, killablePort, openMemoryStore } from "./_store_helpers.ts";
+import {
+  body,
+  type HeldCreations,
+  heldCreations,
+  killablePort,
+  openMemoryStore,
+} from "./_store_helpers.ts";
 
 const TOPIC = "Roll";
 /** Ten units a consume-queue file. */
@@ -25,48 +31,15 @@ const CQ_FILE_BYTES = 20 * UNITS_PER_FILE;
 /** The first file, then one file's worth held in memory at the roll. */
 const MESSAGES = 2 * UNITS_PER_FILE;
 const FIRST_FILE = "00000000000000000000";
+
+/** Holds the creation of consume-queue files past the first: the roll is what is tested. */
+function heldConsumeQueueRolls(inner: RuntimePort): HeldCreations {
+  return heldCreations(
+    inner,
+    (path) => path.includes("/consumequeue/") && !path.includes(FIRST_FILE),
+  );
+}
 const SECOND_FILE = "00000000000000000200";
-
-/** A port whose creation of consume-queue files past the first waits until released. */
-interface HeldPort {
-  port: RuntimePort;
-  /** Creations waiting. */
-  readonly waiting: number;
-  release(): void;
-}
-
-function heldPort(inner: RuntimePort): HeldPort {
-  let held = true;
-  let waiters: Array<() => void> = [];
-  const port = new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (typeof value !== "function") return value;
-      if (key === "createFile") {
-        return async (path: string, ...rest: unknown[]) => {
-          // The first file is not held: the roll is what is tested.
-          if (held && path.includes("/consumequeue/") && !path.includes(FIRST_FILE)) {
-            await new Promise<void>((resolve) => waiters.push(resolve));
-          }
-          return await value.apply(target, [path, ...rest]);
-        };
-      }
-      return value.bind(target);
-    },
-  });
-  return {
-    port,
-    get waiting() {
-      return waiters.length;
-    },
-    release() {
-      held = false;
-      const released = waiters;
-      waiters = [];
-      for (const resolve of released) resolve();
-    },
-  };
-}
 
 /** Turns of the event loop until `done()` holds, at most `turns`; whether it did. */
 async function turnsUntil(done: () => boolean | Promise<boolean>, turns = 2000): Promise<boolean> {
@@ -119,7 +92,7 @@ async function assertServed(store: MessageStore, from: number, to: number): Prom
  * Opens a store whose second consume-queue file is held, puts a file's
  * worth past the roll, and checks dispatch and reads went on.
  */
-async function rollWhileHeld(memory: MemoryPort, port: RuntimePort, held: HeldPort) {
+async function rollWhileHeld(memory: MemoryPort, port: RuntimePort, held: HeldCreations) {
   const env = await openMemoryStore({ ...OPTIONS, port }, memory);
   const store = env.store;
   const directory = `${env.directory}/consumequeue/${TOPIC}/0`;
@@ -145,7 +118,7 @@ async function rollWhileHeld(memory: MemoryPort, port: RuntimePort, held: HeldPo
 describe("ConsumeQueue roll in memory", () => {
   test("putUnitNow() rolls to a file still in creation: dispatch and reads go on, units land once it exists", async () => {
     const memory = new MemoryPort(runtimeName());
-    const held = heldPort(memory);
+    const held = heldConsumeQueueRolls(memory);
     const { env, store, directory } = await rollWhileHeld(memory, held.port, held);
     held.release();
     assert.ok(
@@ -172,7 +145,7 @@ describe("ConsumeQueue roll in memory", () => {
   test("putUnitNow() units held in memory at a crash are recovered from the commit log", async () => {
     const memory = new MemoryPort(runtimeName());
     const killable = killablePort(memory);
-    const held = heldPort(killable.port);
+    const held = heldConsumeQueueRolls(killable.port);
     const { env, store } = await rollWhileHeld(memory, held.port, held);
     // Every put is flushed (SYNC_FLUSH); the units past the roll are not.
     killable.kill();
@@ -196,7 +169,7 @@ describe("ConsumeQueue roll in memory", () => {
 describe("ConsumeQueue turns while a file is created", () => {
   test("putUnitNow() defers a put to putUnit now and then while the next file is created", async () => {
     const memory = new MemoryPort(runtimeName());
-    const held = heldPort(memory);
+    const held = heldConsumeQueueRolls(memory);
     const units = 0x4000;
     const table = new ConsumeQueueTable({
       port: held.port,

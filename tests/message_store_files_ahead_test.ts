@@ -18,7 +18,7 @@ import { javaHashCode } from "../src/record/mod.ts";
 import type { MessageStore } from "../src/store/message_store.ts";
 import { ConsumeQueueTable } from "../src/store/consume_queue_table.ts";
 import { IndexService } from "../src/store/index_service.ts";
-import { body, openMemoryStore } from "./_store_helpers.ts";
+import { body, heldCreations, openMemoryStore } from "./_store_helpers.ts";
 import { settle } from "./_segment_helpers.ts";
 
 /** 8 units per consume-queue file: the next is prepared at the 6th. */
@@ -54,42 +54,6 @@ async function putMany(store: MessageStore, from: number, count: number): Promis
     });
     assert.equal(r.status, "PUT_OK");
   }
-}
-
-/**
- * Wraps `inner` so that `createFile` of a path containing `pathIncludes`
- * waits until `release()`: a consume-queue file whose creation is slow.
- */
-function heldCreations(inner: RuntimePort, pathIncludes: string) {
-  let held = true;
-  let waiters: Array<() => void> = [];
-  const port = new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (typeof value !== "function") return value;
-      if (key === "createFile") {
-        return async (...args: unknown[]) => {
-          if (held && String(args[0]).includes(pathIncludes)) {
-            await new Promise<void>((resolve) => waiters.push(resolve));
-          }
-          return value.apply(target, args);
-        };
-      }
-      return value.bind(target);
-    },
-  });
-  return {
-    port: port as RuntimePort,
-    get waiting(): number {
-      return waiters.length;
-    },
-    release(): void {
-      held = false;
-      const list = waiters;
-      waiters = [];
-      for (const wake of list) wake();
-    },
-  };
 }
 
 /** Every message of topic A, by queue, as the number in its key. */
@@ -326,7 +290,7 @@ describe("MessageStore files made ahead", () => {
 
   test("MessageStore dispatch does not wait for the first file of a new consume queue", async () => {
     const memory = new MemoryPort(runtimeName());
-    const held = heldCreations(memory, "/consumequeue/New/");
+    const held = heldCreations(memory, (path) => path.includes("/consumequeue/New/"));
     const env = await openMemoryStore({ port: held.port }, memory);
     const { store, directory } = env;
     try {
@@ -366,7 +330,7 @@ describe("MessageStore files made ahead", () => {
 
   test("MessageStore.open() after a crash before a new queue's first file existed re-dispatches its units", async () => {
     const memory = new MemoryPort(runtimeName());
-    const held = heldCreations(memory, "/consumequeue/New/");
+    const held = heldCreations(memory, (path) => path.includes("/consumequeue/New/"));
     const env = await openMemoryStore({ port: held.port, flushDiskType: "SYNC_FLUSH" }, memory);
     const { store } = env;
     const offsets: number[] = [];
@@ -404,7 +368,7 @@ describe("MessageStore files made ahead", () => {
 
   test("ConsumeQueue.putUnitNow() holds a new queue's units in memory, in order, up to its bound", async () => {
     const port = new MemoryPort(runtimeName());
-    const held = heldCreations(port, "/consumequeue/A/");
+    const held = heldCreations(port, (path) => path.includes("/consumequeue/A/"));
     const table = new ConsumeQueueTable({ port: held.port, rootDirectory: "/s" });
     await table.load();
     await table.recover();
