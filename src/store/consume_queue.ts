@@ -500,11 +500,7 @@ export class ConsumeQueue {
     // No more than the file holds: the buffer is written into it.
     if (at + CQ_UNIT_SIZE_BYTES > this.#inMemoryCapBytes) return undefined;
     const buffer = this.#inMemoryWithRoom(at + CQ_UNIT_SIZE_BYTES);
-    const view = this.#unitView;
-    writeInt64(view, 0, commitLogOffset);
-    view.setInt32(CQ_UNIT_SIZE_POSITION, size);
-    writeInt64(view, CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
-    buffer.set(this.#unit, at);
+    writeUnitBytes(buffer, at, commitLogOffset, size, tagsCode);
     this.#inMemoryBytes = at + CQ_UNIT_SIZE_BYTES;
     this.#maxPhysicOffset = commitLogOffset + size;
     return true;
@@ -654,10 +650,7 @@ export class ConsumeQueue {
     const bytes = target.bytes;
     const at = target.index;
     const unit = this.#written;
-    // Byte stores: no view of the mapping to keep, no native call.
-    putInt64(bytes, at, unit.offset);
-    putInt32(bytes, at + CQ_UNIT_SIZE_POSITION, unit.size);
-    putInt64(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, unit.tagsCode);
+    writeUnitBytes(bytes, at, unit.offset, unit.size, unit.tagsCode);
     return unit;
   };
 
@@ -735,9 +728,7 @@ export class ConsumeQueue {
     const buffer = this.#inMemoryWithRoom(need);
     let position = at;
     for (let i = 0; i < n; i++) {
-      putInt64(buffer, position, offsets[i]!);
-      putInt32(buffer, position + CQ_UNIT_SIZE_POSITION, sizes[i]!);
-      putInt64(buffer, position + CQ_UNIT_TAGS_CODE_POSITION, tagsCodes[i]!);
+      writeUnitBytes(buffer, position, offsets[i]!, sizes[i]!, tagsCodes[i]!);
       position += CQ_UNIT_SIZE_BYTES;
     }
     this.#inMemoryBytes = need;
@@ -814,9 +805,7 @@ export class ConsumeQueue {
     const count = run.wroteBytes / CQ_UNIT_SIZE_BYTES;
     let at = target.index;
     for (let i = 0; i < count; i++) {
-      putInt64(bytes, at, offsets[i]!);
-      putInt32(bytes, at + CQ_UNIT_SIZE_POSITION, sizes[i]!);
-      putInt64(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, tagsCodes[i]!);
+      writeUnitBytes(bytes, at, offsets[i]!, sizes[i]!, tagsCodes[i]!);
       at += CQ_UNIT_SIZE_BYTES;
     }
     return run;
@@ -1169,6 +1158,22 @@ export class ConsumeQueue {
       assert(false, `a ${unit.length}-byte unit fits in ${file.path} at ${file.wrotePosition}`);
     }
   }
+}
+
+/**
+ * Writes one unit (commit-log offset, size, tags code) at `bytes[at]` as
+ * byte stores: no view of a mapping to keep, no native call.
+ */
+function writeUnitBytes(
+  bytes: Uint8Array,
+  at: number,
+  offset: number,
+  size: number,
+  tagsCode: number,
+): void {
+  putInt64(bytes, at, offset);
+  putInt32(bytes, at + CQ_UNIT_SIZE_POSITION, size);
+  putInt64(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
 }
 
 /** Resolves on a later turn of the event loop, after pending I/O callbacks. */
