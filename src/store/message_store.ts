@@ -536,16 +536,6 @@ export class MessageStore {
     } catch (error) {
       return Promise.reject(error);
     }
-    // An ASYNC_FLUSH put answered in the caller's turn, dispatch in step:
-    // #settle's work without its second look at the answer.
-    if (!this.#sync && !(answer instanceof Promise)) {
-      const append = answer.appendResult;
-      if (append === undefined) return Promise.resolve(answer);
-      this.#dispatcher.dispatchNow();
-      if (append.wroteOffset - this.#dispatcher.dispatchedOffset <= DISPATCH_LAG_MAX_BYTES) {
-        return Promise.resolve(answer);
-      }
-    }
     return this.#settle(answer);
   }
 
@@ -577,19 +567,20 @@ export class MessageStore {
       this.#putsInFlight++;
       return answer.then(this.#onPutBound, this.#onPutErrorBound);
     }
-    const result = this.#afterPut(answer);
-    const append = result.appendResult;
-    if (
-      append !== undefined && !this.#sync &&
-      append.wroteOffset - this.#dispatcher.dispatchedOffset > DISPATCH_LAG_MAX_BYTES
-    ) {
-      // The message is stored whatever dispatch does next: the answer only
-      // waits, and a closed store or failed dispatch ends the wait.
-      const settled = () => result;
-      return this.whenDispatched(append.wroteOffset - DISPATCH_LAG_MAX_BYTES / 2)
-        .then(settled, settled);
+    if (this.#sync) return Promise.resolve(this.#afterPut(answer));
+    // ASYNC_FLUSH, answered in the caller's turn: #afterPut's dispatch in
+    // step, and the appended offset read once.
+    const append = answer.appendResult;
+    if (append === undefined) return Promise.resolve(answer);
+    this.#dispatcher.dispatchNow();
+    if (append.wroteOffset - this.#dispatcher.dispatchedOffset <= DISPATCH_LAG_MAX_BYTES) {
+      return Promise.resolve(answer);
     }
-    return Promise.resolve(result);
+    // The message is stored whatever dispatch does next: the answer only
+    // waits, and a closed store or failed dispatch ends the wait.
+    const settled = () => answer;
+    return this.whenDispatched(append.wroteOffset - DISPATCH_LAG_MAX_BYTES / 2)
+      .then(settled, settled);
   }
 
   /**
