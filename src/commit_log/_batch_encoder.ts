@@ -52,7 +52,7 @@ import {
   SYS_FLAG_TRANSACTION_MASK,
   TOTAL_SIZE_POSITION,
 } from "../record/mod.ts";
-import { createLayout } from "../record/validate.ts";
+import { createLayout, isInt32 } from "../record/validate.ts";
 import { assert } from "../assert.ts";
 import type { DispatchHints } from "./dispatch_hints.ts";
 import { propertyOf } from "./_delay.ts";
@@ -85,11 +85,6 @@ const NO_PAIRS = {
     throw new RangeError("A message without properties has no pairs");
   },
 };
-
-/** Whether `value` is an int32 number (no call, no allocation). */
-function isInt32(value: unknown): value is number {
-  return typeof value === "number" && (value | 0) === value;
-}
 
 /**
  * Why member `index` cannot be in a batch with `first`: another queue, a

@@ -82,7 +82,7 @@
 
 import { setImmediate } from "node:timers";
 import { MqStoreError } from "../errors.ts";
-import type { Clock } from "../segment/clock.ts";
+import { type Clock, nextTurn } from "../segment/clock.ts";
 import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import {
   FINAL_FLUSH_ATTEMPTS,
@@ -362,7 +362,7 @@ export class GroupCommitService {
     this.#closed = true;
     while (this.#flushesInFlight > 0 || this.#scheduled) {
       if (this.#flushesInFlight > 0) await this.#lastFlush;
-      else await new Promise<void>((resolve) => setImmediate(resolve));
+      else await nextTurn();
     }
     this.#report();
     const { queue } = this.#options;

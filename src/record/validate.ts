@@ -135,7 +135,7 @@ let lastStoreHostText: string | undefined;
 let lastStoreHost: HostAddress | undefined;
 
 /** Whether `value` is an int32 number (no call, no allocation). */
-function isInt32(value: unknown): value is number {
+export function isInt32(value: unknown): value is number {
   return typeof value === "number" && (value | 0) === value;
 }
 

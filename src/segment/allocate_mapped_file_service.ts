@@ -28,10 +28,9 @@
  * @module
  */
 
-import { setImmediate } from "node:timers";
 import { MqStoreError } from "../errors.ts";
 import type { RuntimePort } from "../runtime/port.ts";
-import type { Clock } from "./clock.ts";
+import { type Clock, nextTurn } from "./clock.ts";
 import { ALLOCATE_QUEUE_CAPACITY, TEMPORARY_SUFFIX } from "./constants.ts";
 import { MappedFile } from "./mapped_file.ts";
 import type { TransientStorePool } from "./transient_store_pool.ts";
@@ -429,11 +428,6 @@ export class AllocateMappedFileService {
   #warn(message: string): void {
     (this.#options.onWarning ?? console.warn)(message);
   }
-}
-
-/** Resolves on a later turn of the event loop, after pending I/O callbacks. */
-function nextTurn(): Promise<void> {
-  return new Promise<void>((resolve) => setImmediate(resolve));
 }
 
 function messageOf(error: unknown): string {

@@ -5,6 +5,7 @@
  * @module
  */
 
+import { setImmediate } from "node:timers";
 import { assert } from "../assert.ts";
 
 /**
@@ -128,4 +129,19 @@ export class ManualClock implements Clock {
   get pendingTimerCount(): number {
     return this.#timers.length;
   }
+}
+
+/**
+ * Resolves on a later turn of the event loop, after the I/O callbacks
+ * pending now: what a loop that never yields would never let in.
+ *
+ * @example
+ * ```ts
+ * import { nextTurn } from "./clock.ts";
+ *
+ * await nextTurn();
+ * ```
+ */
+export function nextTurn(): Promise<void> {
+  return new Promise<void>((resolve) => setImmediate(resolve));
 }

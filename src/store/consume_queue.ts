@@ -40,13 +40,12 @@
  * @module
  */
 
-import { setImmediate } from "node:timers";
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
 // Byte stores of the unit written in place (no view of the mapping).
 import { writeInt32 as putInt32, writeInt64 as putInt64 } from "../record/mod.ts";
 import type { RuntimePort } from "../runtime/port.ts";
-import type { Clock } from "../segment/clock.ts";
+import { type Clock, nextTurn } from "../segment/clock.ts";
 import type { AppendOutcome, AppendTarget, MappedFile } from "../segment/mapped_file.ts";
 import { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import {
@@ -1174,11 +1173,6 @@ function writeUnitBytes(
   putInt64(bytes, at, offset);
   putInt32(bytes, at + CQ_UNIT_SIZE_POSITION, size);
   putInt64(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
-}
-
-/** Resolves on a later turn of the event loop, after pending I/O callbacks. */
-function nextTurn(): Promise<void> {
-  return new Promise<void>((resolve) => setImmediate(resolve));
 }
 
 /**
