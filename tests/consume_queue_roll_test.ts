@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import { setImmediate } from "node:timers";
 import { describe, test } from "node:test";
+import { StoreCheckpoint } from "../src/commit_log/store_checkpoint.ts";
 import { MemoryPort } from "../src/runtime/mod.ts";
 import type { RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
@@ -40,6 +41,12 @@ function heldConsumeQueueRolls(inner: RuntimePort): HeldCreations {
   );
 }
 const SECOND_FILE = "00000000000000000200";
+/** The consume-queue flush's interval, ms: every flush thorough (checkpoint file written). */
+const FLUSH_INTERVAL_MS = 1_000;
+
+function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && a.every((byte, i) => byte === b[i]);
+}
 
 /** Turns of the event loop until `done()` holds, at most `turns`; whether it did. */
 async function turnsUntil(done: () => boolean | Promise<boolean>, turns = 2000): Promise<boolean> {
@@ -92,8 +99,13 @@ async function assertServed(store: MessageStore, from: number, to: number): Prom
  * Opens a store whose second consume-queue file is held, puts a file's
  * worth past the roll, and checks dispatch and reads went on.
  */
-async function rollWhileHeld(memory: MemoryPort, port: RuntimePort, held: HeldCreations) {
-  const env = await openMemoryStore({ ...OPTIONS, port }, memory);
+async function rollWhileHeld(
+  memory: MemoryPort,
+  port: RuntimePort,
+  held: HeldCreations,
+  extra: MessageStoreOptions = {},
+) {
+  const env = await openMemoryStore({ ...OPTIONS, ...extra, port }, memory);
   const store = env.store;
   const directory = `${env.directory}/consumequeue/${TOPIC}/0`;
   await putAll(store, 0, 1);
@@ -160,6 +172,47 @@ describe("ConsumeQueue roll in memory", () => {
       await putAll(again, MESSAGES, MESSAGES + 3);
       await again.whenDispatched(again.maxOffset);
       await assertServed(again, UNITS_PER_FILE, MESSAGES + 3);
+    } finally {
+      await again.close();
+    }
+  });
+});
+
+describe("ConsumeQueue flush during a roll", () => {
+  test("flush() waits for the file of units held in memory: the checkpoint never counts them", async () => {
+    const memory = new MemoryPort(runtimeName());
+    const killable = killablePort(memory);
+    const held = heldConsumeQueueRolls(killable.port);
+    // Every consume-queue flush is thorough: queues, index, then the
+    // checkpoint file, whose consumeQueueOffset is where recovery's
+    // re-dispatch starts.
+    const { env, store } = await rollWhileHeld(memory, held.port, held, {
+      flushIntervalConsumeQueue: FLUSH_INTERVAL_MS,
+      flushConsumeQueueThoroughInterval: 0,
+    });
+    const checkpointPath = `${env.directory}/checkpoint`;
+    const before = await memory.readFile(checkpointPath);
+    env.clock.advance(FLUSH_INTERVAL_MS);
+    const written = await turnsUntil(async () => {
+      const now = await memory.readFile(checkpointPath);
+      return now !== undefined && (before === undefined || !bytesEqual(now, before));
+    }, 200);
+    const checkpoint = await StoreCheckpoint.load(memory, checkpointPath);
+    const firstHeld = (await store.getMessages(TOPIC, 0, UNITS_PER_FILE, 1)).messages[0];
+    assert.ok(firstHeld !== undefined);
+    assert.ok(
+      checkpoint.consumeQueueOffset <= firstHeld.physicalOffset,
+      `checkpoint consumeQueueOffset ${checkpoint.consumeQueueOffset} (written: ${written}) ` +
+        `stays at or below ${firstHeld.physicalOffset}, the record of the first held unit`,
+    );
+    killable.kill();
+    memory.crash();
+    held.release();
+    await store.close().catch(() => {});
+    const again = await env.reopen({ port: memory });
+    try {
+      assert.equal(again.getMaxQueueOffset(TOPIC, 0), MESSAGES);
+      await assertServed(again, 0, MESSAGES);
     } finally {
       await again.close();
     }
