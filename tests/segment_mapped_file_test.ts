@@ -4,7 +4,10 @@ import { setImmediate } from "node:timers";
 import { MqStoreError } from "../src/errors.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { isAbleTo, MappedFile } from "../src/segment/mapped_file.ts";
-import { PREPARE_WRITE_CHUNK_BYTES } from "../src/segment/constants.ts";
+import {
+  PREPARE_POPULATE_CHUNK_BYTES,
+  PREPARE_WRITE_CHUNK_BYTES,
+} from "../src/segment/constants.ts";
 import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { TransientStorePool } from "../src/segment/transient_store_pool.ts";
 import { pattern } from "./_helpers.ts";
@@ -591,6 +594,41 @@ for (const { adapter, skip } of cases) {
       assert.equal(file.flushedPosition, PAGE + 10, "only flush() moves the flushed position");
       await file.close();
     });
+
+    run(
+      "prepare() grows a pre-fault chunk to twice what the writer passed during the last one",
+      async (env) => {
+        const chunk = PREPARE_POPULATE_CHUNK_BYTES;
+        const size = 4 * chunk;
+        const gated = gatedPopulatePort(env.port);
+        const file = await MappedFile.create({
+          port: gated.port,
+          path: pathOf(env, 0),
+          fileSizeBytes: size,
+          sparse: true,
+        });
+        if (file.writeMode !== "mapping") return await file.close();
+        const preparing = file.prepare();
+        await settle();
+        assert.deepEqual(gated.events, [`populate 0-${chunk}`]);
+        // While the first chunk runs, the writer passes three quarters of it.
+        const passed = (3 * chunk) / 4 + 10;
+        appendPayload(file, pattern(passed, 5));
+        gated.open();
+        await preparing;
+        // Twice the writer's advance, in whole pages; then, with the writer
+        // still, back to the smallest chunk.
+        const grown = chunk + Math.ceil((2 * passed) / PAGE) * PAGE;
+        assert.deepEqual(gated.events.filter((e) => e.startsWith("populate ")), [
+          `populate 0-${chunk}`,
+          `populate ${chunk}-${grown}`,
+          `populate ${grown}-${grown + chunk}`,
+          `populate ${grown + chunk}-${size}`,
+        ]);
+        assert.deepEqual(await readAll(file, 0, passed), pattern(passed, 5));
+        await file.close();
+      },
+    );
 
     run("close() stops a preparation in progress", async (env) => {
       const file = await create(env);

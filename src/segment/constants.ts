@@ -35,7 +35,10 @@ export const ZERO_CHUNK_BYTES = 0x1_0000;
 /**
  * Pre-faulting a segment goes in chunks of this size, so a writer that
  * starts on a segment still being prepared overtakes the preparation and
- * a close waits for at most one chunk: 4 MiB, a few milliseconds.
+ * a close waits for at most one chunk: 4 MiB, a few milliseconds. Ahead
+ * of a mapping writer that keeps up with the pre-fault, chunks grow up to
+ * 64 MiB (`MappedFile.prepare`), which a close may then wait for: about
+ * 60 ms here.
  */
 export const PREPARE_POPULATE_CHUNK_BYTES = 0x40_0000;
 
