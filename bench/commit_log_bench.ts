@@ -14,7 +14,9 @@
  *   to the better raw row of the same run.
  * - opt-in (`--filter sustained`): sustained ASYNC, 1 KiB bodies, 8 GiB
  *   appended, far past the dirty limit, against the disk's buffered-write
- *   bandwidth measured in the same run.
+ *   bandwidth measured in the same run; `sustained async+pool` is the
+ *   same through the transient store pool (`--filter "^sustained async 1"`
+ *   selects the mapping row alone).
  * Every message has TAGS and KEYS and goes to one of 4 queues.
  *
  * Run: `deno run -A bench/commit_log_bench.ts`, `bun bench/commit_log_bench.ts`,
@@ -291,13 +293,19 @@ function deviceBytesWritten(statPath: string | undefined): number {
  * (4 MiB writes + one fdatasync, `bench/compare/limits.ts`) before and
  * after, and prints the ratio to their mean.
  */
-async function sustainedScenario(port: RuntimePort, totalBytes: number): Promise<Row> {
+async function sustainedScenario(
+  port: RuntimePort,
+  name: string,
+  totalBytes: number,
+  extra: MessageStoreOptions = {},
+): Promise<Row> {
   return await withDirectory(async (directory) => {
     const limitBefore = sequentialWriteLimit(directory, SUSTAINED_LIMIT_BYTES).ratePerS;
     fs.rmSync(`${directory}/sequential.bin`, { force: true });
     const store = await MessageStore.open(`${directory}/store`, {
       port,
       mappedFileSizeCommitLog: 0x4000_0000,
+      ...extra,
     });
     const statPath = deviceStatFile(directory)?.statPath;
     const batch = messages(1024);
@@ -387,7 +395,7 @@ async function sustainedScenario(port: RuntimePort, totalBytes: number): Promise
     if (json) console.error(line);
     else console.log(line);
     return {
-      scenario: `sustained async 1 KiB ${(totalBytes / 2 ** 30).toFixed(0)} GiB`,
+      scenario: `${name} ${(totalBytes / 2 ** 30).toFixed(0)} GiB`,
       runtime: runtimeName(),
       adapter: port.adapter,
       producers: 1,
@@ -698,7 +706,21 @@ const scenarios: [string, () => Promise<Row>][] = [
 scenarios.push(["heap async 128 B 10 M", () => heapScenario(port, n(10_000_000))]);
 scenarios.push([
   "sustained async 1 KiB 8 GiB",
-  () => sustainedScenario(port, Math.max(0x4000_0000, n(SUSTAINED_BYTES))),
+  () => sustainedScenario(port, "sustained async 1 KiB", Math.max(0x4000_0000, n(SUSTAINED_BYTES))),
+]);
+// The same through the transient store pool (RocketMQ's answer to page
+// faults in the mapping): appends into pooled 1 GiB buffers, committed to
+// the file with positional writes, flushed with fdatasync. Select the
+// mapping row alone with `--filter "^sustained async 1"`.
+scenarios.push([
+  "sustained async+pool 1 KiB 8 GiB",
+  () =>
+    sustainedScenario(
+      port,
+      "sustained async+pool 1 KiB",
+      Math.max(0x4000_0000, n(SUSTAINED_BYTES)),
+      { transientStorePoolEnable: true },
+    ),
 ]);
 const OPT_IN_PREFIXES = ["heap ", "sustained "];
 
