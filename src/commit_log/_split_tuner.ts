@@ -7,26 +7,34 @@
  * So the tuner tries.
  *
  * ```
- *  epoch (32 flushes, the threshold's choice) ── rate r ─┐
- *  after 7 such epochs: a probe (the other choice) ── rate p
- *  p > best of the last 3 r × 1.05, once → probe again after one epoch
- *                                  twice → move the threshold past the
- *                 probe's mean load: below it when splitting won, above
- *                 it when one flush won
- *  else         → wait twice as long before the next probe (at most 112)
+ *  epochs of the threshold's choice (64 flushes each) ── B0
+ *  after 7 of them, a probe round, the other choice (P) against it (B):
+ *      P1 B1            won?  P1 > mean(B0, B1) × 1.1
+ *      G G  P2 B2       won?  P2 > mean(G, B2) × 1.1   (G: gap epochs, B's choice)
+ *      G G  P3 B3       won?  P3 > mean(G, B3) × 1.1
+ *  three won → move the threshold past the probes' mean load: below it
+ *              when splitting won, above it when one flush won
+ *  one lost  → the round ends; the next waits twice as long (at most 112)
  * ```
  *
- * The rate is the bytes the flushes of an epoch made durable over its
- * duration, so that the choice compared is what producers feel. A probe
- * runs only for a load within the tuned bounds, where moving the threshold
- * can change the choice; the threshold never leaves them.
+ * The rate of an epoch is the bytes its flushes made durable over its
+ * duration, so that the choice compared is what producers feel. An epoch
+ * is counted in flushes, its first {@link GROUP_COMMIT_TUNE_SETTLE_FLUSHES}
+ * unmeasured: they carry the change from the other choice. A probe runs
+ * only for a load within the tuned bounds, where moving the threshold can
+ * change the choice; the threshold never leaves them.
  *
- * One slow `fdatasync` (a journal commit, the consume queues' flush) costs
- * an epoch of about 30 ms a tenth of its rate, more than the margin. So a
- * probe is held against the best of the last three epochs, not the last
- * one, and must win twice in a row: at 64 producers on this device a
- * probe that split once won against one such epoch, and the runs that
- * then split ran 30–50 % slower (issue 5, session 6).
+ * Why pairs, each held against the epochs either side of it, spaced, and
+ * all won: this device's rate drifts by ±25 % between 30 ms epochs of one
+ * choice within a run (55–91 k acks/s at 64 producers), those of two
+ * flushes in flight ranged 0.1–1.6× their run's mean, and the rate climbs
+ * through the first second of a run (JIT, page cache). Held against one
+ * epoch, or won twice against the best of the three before it, a probe
+ * still moved the threshold to split in one of four runs at 64 producers
+ * where splitting ran 30–50 % slower (issue 5, session 6). The epochs
+ * either side of a probe share its drift and cancel a climb; probes two
+ * epochs apart meet different spells of the device. A round that loses
+ * costs one probe epoch, mostly.
  *
  * @module
  */
@@ -34,12 +42,24 @@
 import {
   GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES,
   GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES,
-  GROUP_COMMIT_TUNE_BASELINE_EPOCHS,
   GROUP_COMMIT_TUNE_EPOCH_FLUSHES,
   GROUP_COMMIT_TUNE_MARGIN,
   GROUP_COMMIT_TUNE_PROBE_EVERY,
   GROUP_COMMIT_TUNE_PROBE_EVERY_MAX,
+  GROUP_COMMIT_TUNE_PROBE_GAP,
+  GROUP_COMMIT_TUNE_PROBE_PAIRS,
+  GROUP_COMMIT_TUNE_PROBE_WINS,
+  GROUP_COMMIT_TUNE_SETTLE_FLUSHES,
 } from "./constants.ts";
+
+/** Phase: epochs of the threshold's choice, counting toward the next probe round. */
+const FOLLOW = 0;
+/** Phase: a probe epoch of a round, the other choice. */
+const PROBE = 1;
+/** Phase: the epoch of the threshold's choice that closes a probe's pair. */
+const PAIR = 2;
+/** Phase: epochs of the threshold's choice between a round's pairs. */
+const GAP = 3;
 
 /**
  * Decides, at each settled flush, whether the next ones split the load
@@ -49,39 +69,44 @@ import {
  * ```ts ignore
  * const tuner = new SplitTuner(0x2_0000);
  * // When a flush settles:
- * const split = tuner.decide(loadBytes, queue.flushedWhere, clock.nowMs());
+ * const split = tuner.decide(loadBytes, queue.flushedWhere, performance.now());
  * ```
  */
 export class SplitTuner {
   /** Loads at or above this split (within the tuned bounds). */
   #thresholdBytes: number;
-  /** flushedWhere when the epoch began; -1 before the first settle. */
-  #startOffset = -1;
-  /** Clock ms when the epoch began. */
-  #startMs = 0;
-  /** Decisions made in the epoch (one per settle). */
+  /** Decisions made in the epoch (one per settle), the settling ones included. */
   #decisions = 0;
-  /** Of {@link SplitTuner.#decisions}, those that split. */
+  /** flushedWhere when the epoch's measurement began. */
+  #startOffset = 0;
+  /** Clock ms when the epoch's measurement began. */
+  #startMs = 0;
+  /** Of the measured decisions of the epoch, those that split. */
   #splits = 0;
-  /** Sum of the loads the epoch's decisions saw, bytes. */
+  /** Sum of the loads the epoch's measured decisions saw, bytes. */
   #loadBytesSum = 0;
-  /** The choice a probe epoch forces; undefined outside a probe. */
-  #probe: boolean | undefined;
-  /** Epochs measured since the last probe. */
+  /** Where the tuner is in its cycle: FOLLOW, PROBE, PAIR or GAP. */
+  #phase = FOLLOW;
+  /** The choice of a round's probe epochs (meaningful outside FOLLOW). */
+  #probeSplit = false;
+  /** Durable bytes per ms of the last epoch of the threshold's choice (0: none). */
+  #followRate = 0;
+  /** Durable bytes per ms of the round's last probe epoch. */
+  #probeRate = 0;
+  /** Mean load of the round's probe epochs so far, summed, bytes. */
+  #probeLoadBytesSum = 0;
+  /** Pairs the round has judged. */
+  #pairs = 0;
+  /** Of {@link SplitTuner.#pairs}, those the probe won. */
+  #wins = 0;
+  /** Epochs of the threshold's choice left before the round's next probe. */
+  #gap = 0;
+  /** Epochs of the threshold's choice since the last round. */
   #epochs = 0;
-  /** Epochs between probes now (doubled by each probe that loses). */
+  /** Epochs between rounds now (doubled by each round that loses). */
   #probeEvery = GROUP_COMMIT_TUNE_PROBE_EVERY;
-  /** The mean load of the last probe, bytes (0: none yet). */
+  /** The mean load of the last round's probes, bytes (0: none yet). */
   #probedLoadBytes = 0;
-  /**
-   * Durable bytes per ms of the last epochs that followed the threshold,
-   * in a ring (0: none); a probe is held against the best of them.
-   */
-  #rates = new Float64Array(GROUP_COMMIT_TUNE_BASELINE_EPOCHS);
-  /** Where the next rate goes in {@link SplitTuner.#rates}. */
-  #rateAt = 0;
-  /** Whether the last probe won: the next one, if it wins too, moves the threshold. */
-  #won = false;
 
   /** @param thresholdBytes The starting threshold (clamped to the tuned bounds). */
   constructor(thresholdBytes: number) {
@@ -93,9 +118,9 @@ export class SplitTuner {
     return this.#thresholdBytes;
   }
 
-  /** Whether a probe epoch runs now (tests). */
+  /** Whether a probe epoch (the other choice) runs now (tests). */
   get probing(): boolean {
-    return this.#probe !== undefined;
+    return this.#phase === PROBE;
   }
 
   /**
@@ -104,71 +129,54 @@ export class SplitTuner {
    *
    * @param loadBytes What the flush carried plus what waits behind it.
    * @param flushedWhere The flushed offset now.
-   * @param nowMs Clock ms now.
+   * @param nowMs A monotonic clock, ms (whole milliseconds would blur an
+   *   epoch of about 60 ms by ±2 %).
    * @returns Whether the load is split over two flushes in flight.
    */
   decide(loadBytes: number, flushedWhere: number, nowMs: number): boolean {
-    if (this.#startOffset < 0) {
-      this.#begin(flushedWhere, nowMs);
-    } else if (this.#decisions >= GROUP_COMMIT_TUNE_EPOCH_FLUSHES) {
+    if (this.#decisions === GROUP_COMMIT_TUNE_SETTLE_FLUSHES + GROUP_COMMIT_TUNE_EPOCH_FLUSHES) {
       this.#endEpoch(flushedWhere, nowMs);
-      this.#begin(flushedWhere, nowMs);
+      this.#decisions = 0;
     }
-    const split = this.#probe ?? loadBytes >= this.#thresholdBytes;
-    this.#decisions++;
-    if (split) this.#splits++;
-    this.#loadBytesSum += loadBytes;
+    if (this.#decisions === GROUP_COMMIT_TUNE_SETTLE_FLUSHES) {
+      this.#startOffset = flushedWhere;
+      this.#startMs = nowMs;
+      this.#splits = 0;
+      this.#loadBytesSum = 0;
+    }
+    const split = this.#phase === PROBE ? this.#probeSplit : loadBytes >= this.#thresholdBytes;
+    if (this.#decisions++ >= GROUP_COMMIT_TUNE_SETTLE_FLUSHES) {
+      if (split) this.#splits++;
+      this.#loadBytesSum += loadBytes;
+    }
     return split;
-  }
-
-  #begin(flushedWhere: number, nowMs: number): void {
-    this.#startOffset = flushedWhere;
-    this.#startMs = nowMs;
-    this.#decisions = 0;
-    this.#splits = 0;
-    this.#loadBytesSum = 0;
   }
 
   #endEpoch(flushedWhere: number, nowMs: number): void {
     const elapsedMs = nowMs - this.#startMs;
     // A clock that did not move measures nothing.
     const rate = elapsedMs > 0 ? (flushedWhere - this.#startOffset) / elapsedMs : 0;
-    const meanLoadBytes = this.#loadBytesSum / this.#decisions;
-    const split = this.#splits * 2 > this.#decisions;
-    if (this.#probe !== undefined) {
-      const best = Math.max(...this.#rates);
-      const won = rate > 0 && best > 0 && rate > best * GROUP_COMMIT_TUNE_MARGIN;
-      if (won && this.#won) {
-        // The other choice won twice at this load: move the threshold past
-        // it, with an eighth to spare for the load's jitter.
-        this.#thresholdBytes = clamp(
-          split ? Math.floor(meanLoadBytes * 7 / 8) : Math.ceil(meanLoadBytes * 9 / 8),
-        );
-        this.#probeEvery = GROUP_COMMIT_TUNE_PROBE_EVERY;
-        this.#won = false;
-      } else if (won) {
-        // Once may be a slow flush in the epochs it was held against:
-        // look again after one epoch of the threshold's choice.
-        this.#probeEvery = 1;
-        this.#won = true;
-      } else {
-        this.#probeEvery = Math.min(
-          GROUP_COMMIT_TUNE_PROBE_EVERY_MAX,
-          (this.#won ? GROUP_COMMIT_TUNE_PROBE_EVERY : this.#probeEvery) * 2,
-        );
-        this.#won = false;
-      }
-      this.#probedLoadBytes = meanLoadBytes;
-      this.#probe = undefined;
-      this.#rates.fill(0);
+    const meanLoadBytes = this.#loadBytesSum / GROUP_COMMIT_TUNE_EPOCH_FLUSHES;
+    if (this.#phase === PROBE) {
+      this.#probeRate = rate;
+      this.#probeLoadBytesSum += meanLoadBytes;
+      this.#phase = PAIR;
       return;
     }
-    this.#rates[this.#rateAt] = rate;
-    this.#rateAt = (this.#rateAt + 1) % this.#rates.length;
+    const followRate = this.#followRate;
+    this.#followRate = rate;
+    if (this.#phase === PAIR) {
+      this.#endPair(followRate, rate, meanLoadBytes);
+      return;
+    }
+    if (this.#phase === GAP) {
+      if (--this.#gap === 0) this.#phase = PROBE;
+      return;
+    }
     this.#epochs++;
     const probed = this.#probedLoadBytes;
     if (meanLoadBytes > probed * 2 || meanLoadBytes * 2 < probed) {
-      // Another load: what the last probes found may not hold.
+      // Another load: what the last rounds found may not hold.
       this.#probeEvery = GROUP_COMMIT_TUNE_PROBE_EVERY;
     }
     if (
@@ -177,8 +185,51 @@ export class SplitTuner {
       meanLoadBytes < GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES
     ) {
       this.#epochs = 0;
-      this.#probe = !split;
+      this.#pairs = 0;
+      this.#wins = 0;
+      this.#probeLoadBytesSum = 0;
+      this.#probeSplit = this.#splits * 2 <= GROUP_COMMIT_TUNE_EPOCH_FLUSHES;
+      this.#phase = PROBE;
     }
+  }
+
+  /**
+   * Judges a probe against the epochs of the threshold's choice either
+   * side of it (`before`, `after`: their rates), and goes on with the
+   * round, moves the threshold, or ends the round.
+   */
+  #endPair(before: number, after: number, meanLoadBytes: number): void {
+    const probeLoadBytes = this.#probeLoadBytesSum / ++this.#pairs;
+    this.#probedLoadBytes = probeLoadBytes;
+    this.#phase = FOLLOW;
+    if (meanLoadBytes > probeLoadBytes * 2 || meanLoadBytes * 2 < probeLoadBytes) {
+      // The load changed under the round: it compared nothing.
+      this.#probeEvery = GROUP_COMMIT_TUNE_PROBE_EVERY;
+      return;
+    }
+    if (
+      before > 0 && after > 0 &&
+      this.#probeRate > (before + after) / 2 * GROUP_COMMIT_TUNE_MARGIN
+    ) {
+      this.#wins++;
+    }
+    if (this.#wins >= GROUP_COMMIT_TUNE_PROBE_WINS) {
+      // The other choice won enough pairs at this load: move the threshold
+      // past it, with an eighth to spare for the load's jitter.
+      this.#thresholdBytes = clamp(
+        this.#probeSplit ? Math.floor(probeLoadBytes * 7 / 8) : Math.ceil(probeLoadBytes * 9 / 8),
+      );
+      this.#probeEvery = GROUP_COMMIT_TUNE_PROBE_EVERY;
+      return;
+    }
+    if (this.#pairs - this.#wins > GROUP_COMMIT_TUNE_PROBE_PAIRS - GROUP_COMMIT_TUNE_PROBE_WINS) {
+      // Lost: the next round waits twice as long.
+      this.#probeEvery = Math.min(GROUP_COMMIT_TUNE_PROBE_EVERY_MAX, this.#probeEvery * 2);
+      return;
+    }
+    // The next probe after a gap, so that it meets other weather.
+    this.#gap = GROUP_COMMIT_TUNE_PROBE_GAP;
+    this.#phase = this.#gap > 0 ? GAP : PROBE;
   }
 }
 

@@ -75,10 +75,12 @@ export const GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES = 0x8000;
 /** See {@link GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES}. */
 export const GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES = 0x4_0000;
 /**
- * Flushes one measurement of the split tuner covers: about 30 ms of a
- * loaded group commit, long enough to average a few slow `fdatasync`s out.
+ * Flushes one measurement of the split tuner covers: about 60 ms of a
+ * loaded group commit (64 producers). 32 flushes measured rates of two
+ * flushes in flight that ranged 0.1–1.6× their run's mean (issue 5,
+ * session 7).
  */
-export const GROUP_COMMIT_TUNE_EPOCH_FLUSHES = 0x20;
+export const GROUP_COMMIT_TUNE_EPOCH_FLUSHES = 0x40;
 /**
  * After this many measurements of the threshold's choice, one measures
  * the other choice (split or not) at the same load: a steady load runs
@@ -92,17 +94,35 @@ export const GROUP_COMMIT_TUNE_PROBE_EVERY = 7;
 /** See {@link GROUP_COMMIT_TUNE_PROBE_EVERY}. */
 export const GROUP_COMMIT_TUNE_PROBE_EVERY_MAX = 7 * 0x10;
 /**
- * How much more durable bytes per ms the other choice must make, as a
- * ratio, to move the split threshold: consecutive 30 ms measurements of
- * one choice differ by a few percent here.
+ * How much more durable bytes per ms the other choice must make in each
+ * pair of a probe round, as a ratio, to move the split threshold; the
+ * choices it is meant to find differ by 1.17–1.5× (see
+ * {@link GROUP_COMMIT_SPLIT_MIN_BYTES}).
  */
-export const GROUP_COMMIT_TUNE_MARGIN = 1.05;
+export const GROUP_COMMIT_TUNE_MARGIN = 1.1;
 /**
- * Epochs of the threshold's choice a probe is held against (the best of
- * them): about 90 ms, so that one slow `fdatasync` in the epoch before a
- * probe does not hand it the win.
+ * Probe epochs of a round that must each beat the epochs of the
+ * threshold's choice either side of them (by {@link GROUP_COMMIT_TUNE_MARGIN})
+ * to move the threshold; the round ends at the first pair lost. Epoch
+ * rates drift ±25 % within a run here, and those of two flushes in flight
+ * much more; a probe won against one epoch, or twice against the best of
+ * three, still moved the threshold the wrong way (see `SplitTuner`).
  */
-export const GROUP_COMMIT_TUNE_BASELINE_EPOCHS = 3;
+export const GROUP_COMMIT_TUNE_PROBE_WINS = 3;
+/** Pairs a probe round measures at most (see {@link GROUP_COMMIT_TUNE_PROBE_WINS}). */
+export const GROUP_COMMIT_TUNE_PROBE_PAIRS = 3;
+/**
+ * Epochs of the threshold's choice between two pairs of a probe round, so
+ * that the next probe meets other weather (the device's good and bad
+ * spells last up to a few hundred ms).
+ */
+export const GROUP_COMMIT_TUNE_PROBE_GAP = 2;
+/**
+ * Flushes at the start of each tuner epoch that are not measured: they
+ * carry the change from the other choice (a flush begun under one, a
+ * group sized for it).
+ */
+export const GROUP_COMMIT_TUNE_SETTLE_FLUSHES = 2;
 
 /**
  * Microtask hops after a lone flush answered its producer within which

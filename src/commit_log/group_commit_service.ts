@@ -521,10 +521,11 @@ export class GroupCommitService {
     const ends = this.#ends;
     const loadBytes = Math.max(this.#options.queue.flushedWhere, ends[ends.length - 1] ?? 0) -
       flushedBefore;
+    const clock = this.#options.clock;
     const split = this.#tuner === undefined ? loadBytes >= this.#splitMinBytes : this.#tuner.decide(
       loadBytes,
       this.#options.queue.flushedWhere,
-      this.#options.clock.nowMs(),
+      clock.monotonicMs?.() ?? clock.nowMs(),
     );
     this.#flushesMax = split ? GROUP_COMMIT_FLUSHES_MAX : 1;
     this.#afterFlush(startMs);
