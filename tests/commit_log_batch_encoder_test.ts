@@ -13,6 +13,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { BatchEncoder } from "../src/commit_log/_batch_encoder.ts";
+import { TopicQueueTable } from "../src/commit_log/topic_queue_table.ts";
 import { DispatchHints, HINT_KEYS_MAX } from "../src/commit_log/dispatch_hints.ts";
 import { MqStoreError } from "../src/errors.ts";
 import {
@@ -202,22 +203,39 @@ function referenceEncode(
   return { result: position - start, bytes, sizes, wait, hints };
 }
 
-/** The batch through the BatchEncoder, patched, its hints published as the commit log does. */
+/**
+ * The batch through the BatchEncoder, its hints published as the commit
+ * log does: placed as it is encoded (`placed`: the queue's counter at
+ * `placement.queueOffset`, left as it was), or patched after.
+ */
 function batchEncode(
   messages: readonly MessageInput[],
   length: number,
   start: number,
   end: number,
   placement: { queueOffset: number; offset: number },
+  placed = false,
 ): Reference {
   const encoder = new MessageEncoder({ maxMessageSizeBytes: MAX_BYTES, now: () => NOW_MS });
-  const batch = new BatchEncoder(encoder);
+  const table = new TopicQueueTable();
+  const first = messages[0]!;
+  table.counter(first.topic, first.queueId).next = placement.queueOffset;
+  const batch = new BatchEncoder(encoder, table);
   const bytes = new Uint8Array(length);
   const hints = new DispatchHints({ withKeys: true });
-  const result = batch.encode(messages, bytes, start, end, hints, true);
+  const result = placed
+    ? batch.encode(messages, bytes, start, end, hints, true, placement.offset, NOW_MS)
+    : batch.encode(messages, bytes, start, end, hints, true);
   const sizes = [...batch.sizes.subarray(0, batch.count)];
+  // Placing reads the counter and never advances it.
+  assert.equal(table.get(first.topic, first.queueId), placement.queueOffset);
+  assert.equal(batch.placed, placed && typeof result === "number");
   if (typeof result === "number") {
-    batch.patch(bytes, start, placement.queueOffset, placement.offset, NOW_MS);
+    if (placed) assert.equal(batch.queueOffset, placement.queueOffset);
+    else {
+      const patched = batch.patch(bytes, start, placement.queueOffset, placement.offset, NOW_MS);
+      assert.equal(patched, result);
+    }
     hints.publishRun(
       batch.count,
       placement.offset,
@@ -289,27 +307,32 @@ const SPOILERS: ReadonlyArray<(message: MessageInput) => MessageInput> = [
 ];
 
 describe("BatchEncoder", () => {
-  for (const seed of [1, 2, 3, 4]) {
-    test(`encode() writes the bytes and hints of a member-by-member encode (seed ${seed})`, () => {
-      const next = prng(seed);
-      for (let round = 0; round < 60; round++) {
-        const batch = randomBatch(next, 1 + Math.floor(next() * 40), 120);
-        const start = Math.floor(next() * 64);
-        const length = start + 2 * MAX_BYTES;
-        // Now and then a bound the batch may cross (a segment's end).
-        const end = next() < 0.2 ? start + Math.floor(next() * 3000) : start + MAX_BYTES;
-        const placement = {
-          queueOffset: Math.floor(next() * 1e6),
-          offset: Math.floor(next() * 2 ** 40),
-        };
-        const label = `round ${round}`;
-        assertSameEncoding(
-          batchEncode(batch, length, start, end, placement),
-          referenceEncode(batch, length, start, end, placement),
-          label,
-        );
-      }
-    });
+  for (const [seed, placed] of [[1, false], [2, true], [3, false], [4, true]] as const) {
+    test(
+      `encode() writes the bytes and hints of a member-by-member encode (seed ${seed}, ${
+        placed ? "placed" : "patched"
+      })`,
+      () => {
+        const next = prng(seed);
+        for (let round = 0; round < 60; round++) {
+          const batch = randomBatch(next, 1 + Math.floor(next() * 40), 120);
+          const start = Math.floor(next() * 64);
+          const length = start + 2 * MAX_BYTES;
+          // Now and then a bound the batch may cross (a segment's end).
+          const end = next() < 0.2 ? start + Math.floor(next() * 3000) : start + MAX_BYTES;
+          const placement = {
+            queueOffset: Math.floor(next() * 1e6),
+            offset: Math.floor(next() * 2 ** 40),
+          };
+          const label = `round ${round}`;
+          assertSameEncoding(
+            batchEncode(batch, length, start, end, placement, placed),
+            referenceEncode(batch, length, start, end, placement),
+            label,
+          );
+        }
+      },
+    );
   }
 
   test("encode() refuses a batch with a bad member anywhere as the single path does, writing nothing", () => {
@@ -319,9 +342,9 @@ describe("BatchEncoder", () => {
       const at = Math.floor(next() * batch.length);
       const spoil = SPOILERS[round % SPOILERS.length]!;
       batch[at] = spoil(batch[at]!);
-      const placement = { queueOffset: 0, offset: 0 };
+      const placement = { queueOffset: round, offset: 0x1000 * round };
       const expected = referenceEncode(batch, 2 * MAX_BYTES, 0, MAX_BYTES, placement);
-      const actual = batchEncode(batch, 2 * MAX_BYTES, 0, MAX_BYTES, placement);
+      const actual = batchEncode(batch, 2 * MAX_BYTES, 0, MAX_BYTES, placement, round % 2 === 1);
       assertSameEncoding(actual, expected, `round ${round}, member ${at}`);
     }
   });

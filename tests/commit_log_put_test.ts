@@ -17,6 +17,7 @@ import {
   TRANSACTION_PREPARED_TYPE,
   TRANSACTION_ROLLBACK_TYPE,
 } from "../src/record/mod.ts";
+import { AppendMessageResult } from "../src/commit_log/put_message_result.ts";
 import {
   assertFilesUnchanged,
   body,
@@ -217,6 +218,65 @@ describe("CommitLog put path", () => {
     });
   }
 
+  test("AppendMessageResult.msgId joins each record's id, from the batch's sizes or their one size", () => {
+    const host = "10.0.0.2:10911";
+    const single = (offset: number) => new AppendMessageResult(offset, 1, 0, 0, 1, host).msgId;
+    const sizes = new Int32Array([120, 95, 4000, 96]);
+    const mixed = new AppendMessageResult(2 ** 33 + 7, 4311, 0, 5, 4, host, sizes);
+    assert.equal(
+      mixed.msgId,
+      [2 ** 33 + 7, 2 ** 33 + 127, 2 ** 33 + 222, 2 ** 33 + 4222].map(single).join(","),
+    );
+    const uniform = new AppendMessageResult(300, 3 * 150, 0, 0, 3, host, 150);
+    assert.equal(uniform.msgId, [300, 450, 600].map(single).join(","));
+    assert.equal(uniform.toJSON().msgId, uniform.msgId);
+  });
+
+  test("putMessages() answers every member's msgId, in place, near a segment end and queued", async () => {
+    const env = await openMemoryStore();
+    try {
+      // Unawaited batches of members of varied sizes, over several segments:
+      // encoded in place, into the scratch near a segment end, and queued
+      // behind a segment change.
+      const puts: Promise<Awaited<ReturnType<typeof env.store.putMessages>>>[] = [];
+      for (let b = 0; b < 150; b++) {
+        const batch: MessageInput[] = [];
+        for (let i = 0; i < 1 + (b % 12); i++) {
+          // Every fourth batch of records of one size (its result keeps just that).
+          const bytes = b % 4 === 0 ? 50 + b : 1 + ((b * 37 + i * 101) % 400);
+          batch.push({ topic: "Ids", queueId: b % 3, body: body(bytes, i) });
+        }
+        const put = env.store.putMessages(batch);
+        puts.push(put);
+        // Mostly one at a time (in place, or through the scratch near a
+        // segment end), every fifth batch along with the next ones (queued).
+        if (b % 5 !== 0) await put;
+      }
+      const results = await Promise.all(puts);
+      await env.store.close();
+      const records = await readRecords(env.port, env.directory);
+      const idAt = new Map(records.map((x) => [x.offset, x.message.msgId]));
+      const segments = new Set(records.map((x) => Math.floor(x.offset / SEGMENT_BYTES)));
+      assert.ok(segments.size >= 3, `${segments.size} segments`);
+      for (const [b, r] of results.entries()) {
+        assert.equal(r.status, "PUT_OK");
+        const append = r.appendResult!;
+        const expected: string[] = [];
+        let offset = append.wroteOffset;
+        for (let i = 0; i < append.messageCount; i++) {
+          const id = idAt.get(offset);
+          assert.ok(id !== undefined, `batch ${b}: a record at ${offset}`);
+          expected.push(id);
+          offset = records.find((x) => x.offset === offset)!.message.storeSize + offset;
+        }
+        assert.equal(offset - append.wroteOffset, append.wroteBytes, `batch ${b}: sizes`);
+        assert.equal(append.msgId, expected.join(","), `batch ${b}`);
+      }
+    } finally {
+      await env.store.close();
+    }
+  });
+
   test("putMessages() stores a batch with consecutive queue offsets and shared fields", async () => {
     const env = await openMemoryStore();
     try {
@@ -241,6 +301,7 @@ describe("CommitLog put path", () => {
       assert.equal(env.store.nextQueueOffset("B", 1), 4);
       await env.store.close();
       const records = (await readRecords(env.port, env.directory)).slice(1);
+      assert.equal(r.appendResult!.msgId, records.map((x) => x.message.msgId).join(","));
       assert.deepEqual(records.map((x) => x.message.queueOffset), [1, 2, 3]);
       assert.deepEqual(records.map((x) => x.message.flag), [1, 2, 3]);
       assert.deepEqual(records.map((x) => x.message.bornTimestamp), [55, 55, 55]);

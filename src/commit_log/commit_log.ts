@@ -304,7 +304,11 @@ export class CommitLog {
   #bornNowMs = 0;
   #curTopic = "";
   #curQueueId = 0;
-  #curBatchOffsets: number[] | undefined;
+  /**
+   * Record sizes of the batch appended last, for its result: every one, or
+   * the one they all have (undefined for one message).
+   */
+  #curBatchSizes: Int32Array | number | undefined;
   /** The batch being encoded straight into a segment (see {@link #putBatch}). */
   #curBatch: readonly MessageInput[] | undefined;
   /** Whether the batch last encoded waits for the flush (no member says WAIT=false). */
@@ -415,7 +419,7 @@ export class CommitLog {
       // about 100 ns on Deno).
       now: () => this.#bornNowMs,
     });
-    this.#batchEncoder = new BatchEncoder(this.#encoder);
+    this.#batchEncoder = new BatchEncoder(this.#encoder, this.topicQueueTable);
     // A batch is encoded record after record: each at most recordMax, the
     // total too, so twice that always holds the one that crosses the limit.
     this.#scratch = new Uint8Array(2 * this.#recordMax);
@@ -1011,7 +1015,9 @@ export class CommitLog {
     if (!Array.isArray(messages)) {
       throw new TypeError(`A batch must be an array of messages, not ${typeName(messages)}`);
     }
-    for (const message of messages) {
+    // Indexed: cheaper per member than an iterator on JavaScriptCore.
+    for (let i = 0; i < messages.length; i++) {
+      const message = messages[i];
       if (typeof message !== "object" || message === null) {
         throw new TypeError(`A message must be an object, not ${typeName(message)}`);
       }
@@ -1057,7 +1063,9 @@ export class CommitLog {
    * from `bytes[start]` (see BatchEncoder.encode), staging a dispatch hint
    * for each, and sets {@link #batchWait}. The batch may use
    * `bytes[start, end)`: a batch that would cross `end` is over
-   * maxMessageSize; a refused batch leaves the bytes as they were.
+   * maxMessageSize; a refused batch leaves the bytes as they were. With
+   * `offset` (encoded in place) the records are placed as they are written
+   * (see BatchEncoder.encode).
    *
    * @returns The batch's size in bytes, or why it is refused.
    */
@@ -1066,9 +1074,20 @@ export class CommitLog {
     bytes: Uint8Array,
     start: number,
     end: number,
+    offset = -1,
+    storeTimestamp = 0,
   ): number | MqStoreError {
     const batch = this.#batchEncoder;
-    const size = batch.encode(messages, bytes, start, end, this.#hints, this.#sync);
+    const size = batch.encode(
+      messages,
+      bytes,
+      start,
+      end,
+      this.#hints,
+      this.#sync,
+      offset,
+      storeTimestamp,
+    );
     this.#batchWait = batch.wait;
     return size;
   }
@@ -1226,9 +1245,17 @@ export class CommitLog {
         hinted = true;
       }
     } else if (this.#curBatch !== undefined) {
-      // A batch encoded in place (#putBatch checked the room for any batch).
+      // A batch encoded in place (#putBatch checked the room for any batch),
+      // placed as it is written: no second pass over its records.
       const batch = this.#curBatch;
-      const encoded = this.#encodeBatch(batch, bytes, index, index + this.#recordMax);
+      const encoded = this.#encodeBatch(
+        batch,
+        bytes,
+        index,
+        index + this.#recordMax,
+        target.fileOffset,
+        this.#curNowMs,
+      );
       if (typeof encoded !== "number") return this.#appendRefused(encoded);
       size = encoded;
       topic = batch[0]!.topic;
@@ -1262,7 +1289,7 @@ export class CommitLog {
     }
     if (count === 1) {
       patchRecord(bytes, index, queueOffset, offset, nowMs);
-      this.#curBatchOffsets = undefined;
+      this.#curBatchSizes = undefined;
       if (hinted) {
         hints!.publish(0, offset, size, queueOffset, nowMs, sysFlagAt(bytes, index), counter);
       }
@@ -1273,15 +1300,16 @@ export class CommitLog {
       // The batch just encoded (in place, or into the scratch and copied
       // now): its encoder knows the record sizes.
       const batch = this.#batchEncoder;
-      batch.patch(bytes, index, queueOffset, offset, nowMs);
-      const sizes = batch.sizes;
-      const offsets = new Array<number>(count);
-      let at = offset;
-      for (let i = 0; i < count; i++) {
-        offsets[i] = at;
-        at += sizes[i]!;
+      if (batch.placed) {
+        // Encoded in place, placed as written, from the counter read then.
+        if (batch.queueOffset !== queueOffset) {
+          assert(false, `batch placed at queue offset ${batch.queueOffset}, not ${queueOffset}`);
+        }
+      } else {
+        const patched = batch.patch(bytes, index, queueOffset, offset, nowMs);
+        if (patched !== size) assert(false, `batch records add up to ${size} bytes`);
       }
-      if (at !== offset + size) assert(false, `batch records add up to ${size} bytes`);
+      const sizes = batch.sizes;
       if (hinted) {
         hints!.publishRun(
           count,
@@ -1293,14 +1321,18 @@ export class CommitLog {
           counter,
         );
       }
-      this.#curBatchOffsets = offsets;
+      // The result's own copy (the encoder's sizes are the next batch's),
+      // none when every record has one size: the offsets and msgIds are
+      // built from them only when read.
+      const uniformSize = batch.uniformSize;
+      this.#curBatchSizes = uniformSize >= 0 ? uniformSize : sizes.slice(0, count);
     } else {
-      const offsets = new Array<number>(count);
+      const recordSizes = new Int32Array(count);
       let position = index;
       for (let i = 0; i < count; i++) {
         const recordSize = (bytes[position]! << 24) | (bytes[position + 1]! << 16) |
           (bytes[position + 2]! << 8) | bytes[position + 3]!;
-        offsets[i] = offset + position - index;
+        recordSizes[i] = recordSize;
         patchRecord(bytes, position, queueOffset + i, offset + position - index, nowMs);
         if (hinted) {
           hints!.publish(
@@ -1316,7 +1348,7 @@ export class CommitLog {
         position += recordSize;
       }
       if (position !== index + size) assert(false, `batch records add up to ${size} bytes`);
-      this.#curBatchOffsets = offsets;
+      this.#curBatchSizes = recordSizes;
     }
     this.#curTopic = topic;
     this.#curSize = size;
@@ -1352,9 +1384,9 @@ export class CommitLog {
       this.#lastQueueOffset,
       count,
       storeHost ?? DEFAULT_STORE_HOST,
-      this.#curBatchOffsets,
+      this.#curBatchSizes,
     );
-    this.#curBatchOffsets = undefined;
+    this.#curBatchSizes = undefined;
     const result: PutMessageResult = { status: "PUT_OK", appendResult };
     this.#stats.recordPut(this.#curTopic, count, size);
     const end = offset + size;

@@ -58,7 +58,8 @@ export type AppendMessageStatus =
 
 /**
  * Where a message (or a batch) was appended. `msgId` is computed on first
- * read: most producers never look at it.
+ * read: most producers never look at it. A batch keeps its record sizes
+ * only; each member's offset (and id) follows from them when read.
  *
  * @example
  * ```ts
@@ -83,8 +84,8 @@ export class AppendMessageResult {
   readonly messageCount: number;
   /** The store host as written, `"ip:port"`. */
   readonly #storeHost: string;
-  /** Offsets of the records of a batch after the first (undefined for one message). */
-  readonly #batchOffsets: number[] | undefined;
+  /** Sizes of the records of a batch, in order, or their one size (undefined for one message). */
+  readonly #batchSizes: ArrayLike<number> | number | undefined;
   #msgId: string | undefined;
 
   /**
@@ -96,7 +97,9 @@ export class AppendMessageResult {
    * @param queueOffset Queue offset of the first message.
    * @param messageCount Messages written.
    * @param storeHost Store host text, for the msgId.
-   * @param batchOffsets Offsets of every record of a batch, in order.
+   * @param batchSizes Sizes of every record of a batch, in order (kept, not
+   *   copied: the caller hands over an array it no longer changes), or the
+   *   one size of them all.
    */
   constructor(
     wroteOffset: number,
@@ -105,7 +108,7 @@ export class AppendMessageResult {
     queueOffset: number,
     messageCount: number,
     storeHost: string,
-    batchOffsets?: number[],
+    batchSizes?: ArrayLike<number> | number,
   ) {
     this.status = "PUT_OK";
     this.wroteOffset = wroteOffset;
@@ -114,7 +117,7 @@ export class AppendMessageResult {
     this.queueOffset = queueOffset;
     this.messageCount = messageCount;
     this.#storeHost = storeHost;
-    this.#batchOffsets = batchOffsets;
+    this.#batchSizes = batchSizes;
   }
 
   /**
@@ -128,9 +131,18 @@ export class AppendMessageResult {
       const field = new Uint8Array(host!.ip.length + 4);
       field.set(host!.ip, 0);
       new DataView(field.buffer).setInt32(host!.ip.length, host!.port);
-      const offsets = this.#batchOffsets ?? [this.wroteOffset];
-      this.#msgId = offsets.map((offset) => offsetMsgIdOf(field, 0, field.length, offset))
-        .join(",");
+      const sizes = this.#batchSizes;
+      if (sizes === undefined) {
+        this.#msgId = offsetMsgIdOf(field, 0, field.length, this.wroteOffset);
+      } else {
+        const ids = new Array<string>(this.messageCount);
+        let offset = this.wroteOffset;
+        for (let i = 0; i < ids.length; i++) {
+          ids[i] = offsetMsgIdOf(field, 0, field.length, offset);
+          offset += typeof sizes === "number" ? sizes : sizes[i]!;
+        }
+        this.#msgId = ids.join(",");
+      }
     }
     return this.#msgId;
   }
