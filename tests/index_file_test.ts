@@ -256,6 +256,91 @@ for (const { adapter, skip } of cases) {
       });
     });
 
+    test("putKeyHashesRun() writes what putKeyHashes() writes member by member", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const indexNum = 20;
+        const open = (name: string) =>
+          IndexFile.create({
+            port: env.port,
+            path: `${env.directory}/${name}`,
+            hashSlotNum: SLOTS,
+            indexNum,
+            endTimestamp: T0 - 2_500,
+            endPhyOffset: 0x900,
+            sparse: true,
+          });
+        const byMember = await open("20261129121453506");
+        const byRun = await open("20261129121453507");
+        // Members in ring slots (not in order), 0 to 3 keys each (8 slots:
+        // chains), one below the file's endPhyOffset (skipped), timestamps
+        // shared by some; the last ones do not fit (19 entries of room).
+        const stride = 4;
+        const count = 12;
+        const slots = new Int32Array(Array.from({ length: count }, (_, i) => (i * 5 + 3) % 16));
+        const keyCounts = new Int32Array(16);
+        const keyHashes = new Int32Array(16 * stride);
+        const timestamps = new Float64Array(16);
+        const offsets = new Float64Array(count);
+        for (let i = 0; i < count; i++) {
+          const slot = slots[i]!;
+          keyCounts[slot] = i === 4 ? 0 : 1 + (i % 3);
+          timestamps[slot] = T0 + Math.floor(i / 2) * 700;
+          offsets[i] = i === 0 ? 0x800 : 0x1000 + i * 0x180;
+          for (let k = 0; k < stride; k++) {
+            keyHashes[slot * stride + k] = javaHashCode(`T#key-${(i * 5 + k) % 11}`);
+          }
+        }
+        let expected = 0;
+        for (; expected < count; expected++) {
+          const slot = slots[expected]!;
+          const keys = keyCounts[slot]!;
+          if (keys === 0) continue;
+          if (byMember.indexNum - byMember.indexCount < keys) break;
+          if (offsets[expected]! < byMember.endPhyOffset) continue;
+          const hashes = keyHashes.subarray(slot * stride, slot * stride + keys);
+          assert.equal(
+            byMember.putKeyHashes(hashes, keys, offsets[expected]!, timestamps[slot]!),
+            true,
+          );
+        }
+        assert.equal(expected < count, true, "the run does not fit");
+        const done = byRun.putKeyHashesRun(
+          count,
+          slots,
+          keyCounts,
+          keyHashes,
+          stride,
+          offsets,
+          timestamps,
+        );
+        assert.equal(done, expected);
+        assert.equal(byRun.indexCount, byMember.indexCount);
+        assert.equal(byRun.hashSlotCount, byMember.hashSlotCount);
+        assert.deepEqual(
+          [byRun.beginTimestamp, byRun.endTimestamp, byRun.beginPhyOffset, byRun.endPhyOffset],
+          [
+            byMember.beginTimestamp,
+            byMember.endTimestamp,
+            byMember.beginPhyOffset,
+            byMember.endPhyOffset,
+          ],
+        );
+        for (let slot = 0; slot < SLOTS; slot++) {
+          assert.equal(byRun.slotAt(slot), byMember.slotAt(slot));
+        }
+        for (let entry = 1; entry < byMember.indexCount; entry++) {
+          assert.deepEqual(byRun.entryAt(entry), byMember.entryAt(entry));
+        }
+        await byRun.flush();
+        await byMember.flush();
+        const runPath = byRun.path;
+        const memberPath = byMember.path;
+        await byRun.close();
+        await byMember.close();
+        assert.deepEqual(await env.port.readFile(runPath), await env.port.readFile(memberPath));
+      });
+    });
+
     test("buildIndex() names files in creation order even within one millisecond", async () => {
       await withSegmentEnv(adapter, async (env) => {
         let index = serviceOf(env, { clock: { nowMs: () => T0 } });

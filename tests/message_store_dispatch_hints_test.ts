@@ -250,6 +250,8 @@ interface Parts {
   putBatch(messages: MessageInput[]): Promise<string>;
   /** Dispatches everything and closes; returns the dispatch files. */
   finish(): Promise<Map<string, Uint8Array>>;
+  /** The parts' clock. */
+  clock: ManualClock;
 }
 
 async function openParts(hints: DispatchHints | undefined, indexed = true): Promise<Parts> {
@@ -322,6 +324,7 @@ async function openParts(hints: DispatchHints | undefined, indexed = true): Prom
     dispatcher,
     consumeQueues,
     gate,
+    clock,
     async put(message) {
       const r = await commitLog.putMessage(message);
       dispatcher.dispatchNow();
@@ -385,6 +388,24 @@ describe("Dispatcher with dispatch hints", () => {
     assert.equal(decoded.dispatcher.hintedRecordCount, 0);
     assert.equal(decoded.dispatcher.decodedRecordCount, total);
     assertSameFiles(await hinted.finish(), await decoded.finish());
+  });
+
+  test("Dispatcher dispatches a batch's run from its hints, up to its last record's timestamp", async () => {
+    const hints = new DispatchHints({ withKeys: true });
+    const parts = await openParts(hints);
+    parts.clock.advance(0x10_0000);
+    const batch = Array.from({ length: 40 }, (_, i) => message(3 * i));
+    const hintedBefore = parts.dispatcher.hintedRecordCount;
+    const r = await parts.commitLog.putMessages(batch);
+    assert.equal(r.status, "PUT_OK");
+    parts.dispatcher.dispatchNow();
+    assert.equal(parts.dispatcher.dispatchedOffset, parts.commitLog.maxOffset);
+    assert.equal(parts.dispatcher.hintedRecordCount - hintedBefore, batch.length);
+    // The batch's store timestamp (the primer's is the clock's start).
+    assert.equal(parts.dispatcher.lastTimestampMs, 1_700_000_000_000 + 0x10_0000);
+    const cq = parts.consumeQueues.find("Orders", 0)!;
+    assert.equal(cq.maxOffsetInQueue, batch.length + 1);
+    await parts.finish();
   });
 
   test("Dispatcher decodes the records whose hints a full ring dropped", async () => {

@@ -197,6 +197,8 @@ export class Dispatcher {
   #runOffsets = new Float64Array(RUN_RECORDS_MAX);
   #runSizes = new Int32Array(RUN_RECORDS_MAX);
   #runTagsCodes = new Float64Array(RUN_RECORDS_MAX);
+  /** The hint slot of each record of the run. */
+  #runSlots = new Int32Array(RUN_RECORDS_MAX);
   /** Bytes of the records the last run dispatched. */
   #runBytes = 0;
   /** Records dispatched from a hint, and decoded (tests, stats). */
@@ -752,7 +754,9 @@ export class Dispatcher {
     const offsets = this.#runOffsets;
     const sizes = this.#runSizes;
     const tagsCodes = this.#runTagsCodes;
+    const slots = this.#runSlots;
     const limit = Math.min(maxCount, hints.length, RUN_RECORDS_MAX);
+    let keys = 0;
     let count = 0;
     let position = at;
     let next = offset;
@@ -772,6 +776,8 @@ export class Dispatcher {
       offsets[count] = next;
       sizes[count] = size;
       tagsCodes[count] = hints.tagsCodes[s]!;
+      slots[count] = s;
+      keys += hints.keyCounts[s]!;
       count++;
       position += size;
       next += size;
@@ -781,13 +787,53 @@ export class Dispatcher {
     if (put === 0) return 0;
     const index = this.#options.index;
     let done = 0;
-    let bytesDone = 0;
+    if (index === undefined || keys === 0) {
+      // No keys (a size-0 hint ended the run, so no count is NO_HINT): the units were all.
+      done = put;
+    } else if (offset > this.#indexSkipThrough) {
+      done = index.buildIndexRunNow(
+        put,
+        slots,
+        hints.keyCounts,
+        hints.keyHashes,
+        HINT_KEYS_MAX,
+        offsets,
+        hints.storeTimestamps,
+      );
+      if (done < put) {
+        // The hint stays (see #walk): the loop walks to it again.
+        this.#pending = pendingOfHint(hints, slots[done]!, offsets[done]!, sizes[done]!, true);
+      }
+    } else {
+      done = this.#indexRunFromSkip(hints, put);
+    }
+    if (done > 0) {
+      this.#lastTimestamp = hints.storeTimestamps[slots[done - 1]!]!;
+      this.#runBytes = offsets[done - 1]! + sizes[done - 1]! - offset;
+    }
+    hints.consumeRun(done);
+    this.#hintedCount += done;
+    return done;
+  }
+
+  /**
+   * The keys of the first `put` records of the run in
+   * {@link Dispatcher.#runOffsets} when it starts at or below
+   * `indexSkipThrough` (a re-dispatch at open): one record at a time.
+   *
+   * @returns Records done; the one after them is {@link Dispatcher.#pending}.
+   */
+  #indexRunFromSkip(hints: DispatchHints, put: number): number {
+    const index = this.#options.index!;
+    const offsets = this.#runOffsets;
+    const sizes = this.#runSizes;
+    let done = 0;
     for (; done < put; done++) {
       const s = hints.slotAt(done);
       const recordOffset = offsets[done]!;
       const size = sizes[done]!;
       const keyCount = hints.keyCounts[s]!;
-      if (index !== undefined && keyCount > 0 && recordOffset > this.#indexSkipThrough) {
+      if (keyCount > 0 && recordOffset > this.#indexSkipThrough) {
         const keys = this.#hintKeys;
         const base = s * HINT_KEYS_MAX;
         for (let i = 0; i < keyCount; i++) keys[i] = hints.keyHashes[base + i]!;
@@ -799,12 +845,7 @@ export class Dispatcher {
           break;
         }
       }
-      this.#lastTimestamp = hints.storeTimestamps[s]!;
-      bytesDone += size;
     }
-    hints.consumeRun(done);
-    this.#hintedCount += done;
-    this.#runBytes = bytesDone;
     return done;
   }
 

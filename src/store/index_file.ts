@@ -487,6 +487,85 @@ export class IndexFile {
     return true;
   }
 
+  /**
+   * The index service's synchronous build for each member of a run in
+   * turn: member `i` (commit-log offset `phyOffsets[i]`, increasing) has
+   * `keyCounts[slots[i]]` hashes (none when ≤ 0) at `keyHashes[slots[i] *
+   * stride]` on, and storeTimestamp `storeTimestamps[slots[i]]`. A member
+   * below {@link endPhyOffset} is skipped (already in); one whose keys do
+   * not all fit ends the run. The entries and the header are the bytes
+   * {@link putKeyHashes} writes member by member; the header is written
+   * once.
+   *
+   * @returns Members done, from the first (skipped ones and those without
+   *   keys count); below `count` when the next one's keys do not fit.
+   */
+  putKeyHashesRun(
+    count: number,
+    slots: Int32Array,
+    keyCounts: Int32Array,
+    keyHashes: Int32Array,
+    stride: number,
+    phyOffsets: Float64Array,
+    storeTimestamps: Float64Array,
+  ): number {
+    this.#checkWritable();
+    let indexCount = this.#indexCount;
+    let firstEntry = -1;
+    let timestamp = Number.NaN;
+    let timeDiffSec = 0;
+    let done = 0;
+    for (; done < count; done++) {
+      const slot = slots[done]!;
+      const keyCount = keyCounts[slot]!;
+      if (keyCount <= 0) continue;
+      // The service's order: room first, then a repeat.
+      if (this.indexNum - indexCount < keyCount) break;
+      const phyOffset = phyOffsets[done]!;
+      if (phyOffset < this.#endPhyOffset) continue;
+      const storeTimestamp = storeTimestamps[slot]!;
+      if (indexCount <= 1) {
+        // The begin fields change with the first entries: the general path.
+        const base = slot * stride;
+        this.putKeyHashes(
+          keyHashes.subarray(base, base + keyCount),
+          keyCount,
+          phyOffset,
+          storeTimestamp,
+        );
+        indexCount = this.#indexCount;
+        continue;
+      }
+      if (!Number.isSafeInteger(phyOffset) || phyOffset < 0) {
+        this.#checkPut(phyOffset, storeTimestamp);
+      }
+      // A batch's members share one storeTimestamp: its difference once.
+      if (storeTimestamp !== timestamp) {
+        this.#checkPut(phyOffset, storeTimestamp);
+        timestamp = storeTimestamp;
+        timeDiffSec = this.#timeDiffSecOf(storeTimestamp);
+      }
+      if (firstEntry < 0) firstEntry = this.#entryPosition(indexCount);
+      const base = slot * stride;
+      for (let k = 0; k < keyCount; k++) {
+        this.#writeEntry(
+          indexKeyHashOf(keyHashes[base + k]!),
+          phyOffset,
+          timeDiffSec,
+          indexCount++,
+        );
+      }
+      this.#indexCount = indexCount;
+      this.#endPhyOffset = phyOffset;
+      this.#endTimestamp = storeTimestamp;
+    }
+    if (firstEntry >= 0) {
+      this.#writeHeaderEnd();
+      this.#markDirty(firstEntry, this.#entryPosition(indexCount));
+    }
+    return done;
+  }
+
   #checkPut(phyOffset: number, storeTimestamp: number): void {
     this.#checkWritable();
     if (!Number.isSafeInteger(phyOffset) || phyOffset < 0) {

@@ -347,6 +347,53 @@ export class IndexService {
     return true;
   }
 
+  /**
+   * {@link buildIndexHashesNow} for each member of a run in turn (see
+   * `IndexFile.putKeyHashesRun` for the layout): the members' keys with
+   * one header write.
+   *
+   * @param count Members of the run.
+   * @param slots Member `i`'s slot in `keyCounts`, `storeTimestamps` and (times `stride`) `keyHashes`.
+   * @param keyCounts Hashes of each slot (none when ≤ 0).
+   * @param keyHashes `String.hashCode()` of each `topic#key`, in index order.
+   * @param stride Hashes a slot has room for.
+   * @param phyOffsets Member `i`'s commit-log offset, increasing.
+   * @param storeTimestamps Each slot's storeTimestamp.
+   * @returns Members whose keys are in the index now, from the first:
+   *   below `count` when the next one's need a new file (call
+   *   buildIndexHashes for it).
+   */
+  buildIndexRunNow(
+    count: number,
+    slots: Int32Array,
+    keyCounts: Int32Array,
+    keyHashes: Int32Array,
+    stride: number,
+    phyOffsets: Float64Array,
+    storeTimestamps: Float64Array,
+  ): number {
+    const file = this.#files[this.#files.length - 1];
+    if (this.#building || this.#readOnly || this.#closed || file === undefined) {
+      // Members without keys need nothing.
+      let done = 0;
+      while (done < count && keyCounts[slots[done]!]! <= 0) done++;
+      return done;
+    }
+    const done = file.putKeyHashesRun(
+      count,
+      slots,
+      keyCounts,
+      keyHashes,
+      stride,
+      phyOffsets,
+      storeTimestamps,
+    );
+    if (file.indexCount >= this.#prepareAtCount && this.#prepared === undefined) {
+      this.#prepareAfter(file);
+    }
+    return done;
+  }
+
   async #build(
     javaHashes: Int32Array,
     count: number,
