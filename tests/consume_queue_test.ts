@@ -61,6 +61,68 @@ describe("ConsumeQueue", () => {
 
   for (const { adapter, skip } of cases) {
     describe(adapter, { skip }, () => {
+      test("putUnitsNow() writes the bytes putUnitNow() writes unit by unit", async () => {
+        await withSegmentEnv(adapter, async (env) => {
+          const byRun = queueOf(env, "ByRun");
+          const byUnit = queueOf(env, "ByUnit");
+          for (const cq of [byRun, byUnit]) {
+            await cq.load();
+            await cq.recover();
+            assert.equal(await cq.putUnit(0x1_0000_0000 - 50, 50, 7, 0), true);
+          }
+          // Offsets across 2^32; tagsCodes repeated, negative, past 2^32.
+          const count = 7;
+          const offsets = new Float64Array(count);
+          const sizes = new Int32Array([100, 0x7FFF_FFFE, 60, 60, 61, 1, 300]);
+          const tagsCodes = new Float64Array([
+            -1,
+            -1,
+            0x12_3456_789A,
+            0x12_3456_789A,
+            0,
+            -0x8000_0000,
+            5,
+          ]);
+          let at = 0x1_0000_0000;
+          for (let i = 0; i < count; i++) {
+            offsets[i] = at;
+            at += sizes[i]!;
+          }
+          const put = byRun.putUnitsNow(count, 1, offsets, sizes, tagsCodes);
+          if (put === 0) {
+            // Not written through a mapping: putUnitsNow declines.
+            assert.equal(byRun.files[0]!.writeMode !== "mapping", true);
+          } else {
+            assert.equal(put, count);
+            for (let i = 0; i < count; i++) {
+              assert.equal(byUnit.putUnitNow(offsets[i]!, sizes[i]!, tagsCodes[i]!, 1 + i), true);
+            }
+            for (let q = 0; q <= count; q++) {
+              assert.deepEqual(await byRun.getUnit(q), await byUnit.getUnit(q));
+            }
+            assert.deepEqual(await byRun.getUnit(3), {
+              commitLogOffset: 0x1_0000_0000 + 100 + 0x7FFF_FFFE,
+              size: 60,
+              tagsCode: 0x12_3456_789A,
+            });
+            // A unit refused: nothing of the run is written.
+            assert.throws(
+              () => byRun.putUnitsNow(2, 8, new Float64Array([at, at + 1.5]), sizes, tagsCodes),
+              /Commit-log offset/,
+            );
+            assert.equal(byRun.maxOffsetInQueue, 8);
+            await byRun.flush(0);
+            await byUnit.flush(0);
+            assert.deepEqual(
+              await readFileBytes(env.port, byRun.files[0]!.path),
+              await readFileBytes(env.port, byUnit.files[0]!.path),
+            );
+          }
+          await byRun.close();
+          await byUnit.close();
+        });
+      });
+
       test("putUnit() pads a queue whose first unit lands past 0", async () => {
         await withSegmentEnv(adapter, async (env) => {
           const cq = await openQueue(env);

@@ -311,6 +311,14 @@ export class DispatchHints {
     const slot = index & this.#mask;
     this.topics[slot] = topic;
     this.queueIds[slot] = queueId;
+    const count = pairs.pairCount;
+    if (count === 0 && pairs.pairsKnown) {
+      // No properties (a bare batch member): no tags, delay or keys.
+      this.tagsCodes[slot] = 0;
+      this.delaysMs[slot] = -1;
+      this.keyCounts[slot] = 0;
+      return;
+    }
     if (!pairs.pairsKnown) {
       this.keyCounts[slot] = NO_HINT;
       return;
@@ -319,7 +327,6 @@ export class DispatchHints {
     let keys: string | undefined;
     let uniqKey: string | undefined;
     let delay: string | undefined;
-    const count = pairs.pairCount;
     for (let i = 0; i < count; i++) {
       const value = pairs.pairValue(i);
       // The decoded map drops a pair with an empty value; a later one wins.
