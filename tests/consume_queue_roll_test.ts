@@ -21,7 +21,9 @@ import {
   body,
   type HeldCreations,
   heldCreations,
+  type KillablePort,
   killablePort,
+  type MemoryStoreEnv,
   openMemoryStore,
 } from "./_store_helpers.ts";
 
@@ -127,6 +129,24 @@ async function rollWhileHeld(
   return { env, store, directory };
 }
 
+/**
+ * A crash while the roll is held: the process dies, every unflushed byte
+ * is lost, the creation is let go (too late) and the store is opened again.
+ */
+async function crashAndReopen(
+  env: MemoryStoreEnv,
+  memory: MemoryPort,
+  killable: KillablePort,
+  held: HeldCreations,
+  store: MessageStore,
+): Promise<MessageStore> {
+  killable.kill();
+  memory.crash();
+  held.release();
+  await store.close().catch(() => {});
+  return await env.reopen({ port: memory });
+}
+
 describe("ConsumeQueue roll in memory", () => {
   test("putUnitNow() rolls to a file still in creation: dispatch and reads go on, units land once it exists", async () => {
     const memory = new MemoryPort(runtimeName());
@@ -160,11 +180,7 @@ describe("ConsumeQueue roll in memory", () => {
     const held = heldConsumeQueueRolls(killable.port);
     const { env, store } = await rollWhileHeld(memory, held.port, held);
     // Every put is flushed (SYNC_FLUSH); the units past the roll are not.
-    killable.kill();
-    memory.crash();
-    held.release();
-    await store.close().catch(() => {});
-    const again = await env.reopen({ port: memory });
+    const again = await crashAndReopen(env, memory, killable, held, store);
     try {
       assert.equal(again.getMaxQueueOffset(TOPIC, 0), MESSAGES);
       await assertServed(again, 0, MESSAGES);
@@ -205,11 +221,7 @@ describe("ConsumeQueue flush during a roll", () => {
       `checkpoint consumeQueueOffset ${checkpoint.consumeQueueOffset} (written: ${written}) ` +
         `stays at or below ${firstHeld.physicalOffset}, the record of the first held unit`,
     );
-    killable.kill();
-    memory.crash();
-    held.release();
-    await store.close().catch(() => {});
-    const again = await env.reopen({ port: memory });
+    const again = await crashAndReopen(env, memory, killable, held, store);
     try {
       assert.equal(again.getMaxQueueOffset(TOPIC, 0), MESSAGES);
       await assertServed(again, 0, MESSAGES);

@@ -17,6 +17,27 @@ function tickingClock(startMs = T0): { nowMs(): number } {
   return { nowMs: () => now++ };
 }
 
+/**
+ * A sparse index file `name` in `env`'s directory, of {@link SLOTS} slots
+ * and `indexNum` entries, that ended 2.5 s before {@link T0}.
+ */
+function createSparse(
+  env: SegmentEnv,
+  name: string,
+  indexNum: number,
+  endPhyOffset?: number,
+): Promise<IndexFile> {
+  return IndexFile.create({
+    port: env.port,
+    path: `${env.directory}/${name}`,
+    hashSlotNum: SLOTS,
+    indexNum,
+    endTimestamp: T0 - 2_500,
+    ...(endPhyOffset === undefined ? {} : { endPhyOffset }),
+    sparse: true,
+  });
+}
+
 function serviceOf(env: SegmentEnv, extra: Partial<IndexServiceOptions> = {}): IndexService {
   return new IndexService({
     port: env.port,
@@ -211,16 +232,7 @@ for (const { adapter, skip } of cases) {
 
     test("putKeyHashes() writes what putKey() writes key by key", async () => {
       await withSegmentEnv(adapter, async (env) => {
-        const indexNum = 32;
-        const open = (name: string) =>
-          IndexFile.create({
-            port: env.port,
-            path: `${env.directory}/${name}`,
-            hashSlotNum: SLOTS,
-            indexNum,
-            endTimestamp: T0 - 2_500,
-            sparse: true,
-          });
+        const open = (name: string) => createSparse(env, name, 32);
         const byKey = await open("20261129121453504");
         const byMessage = await open("20261129121453505");
         // Messages of 1 to 3 keys, time going over whole seconds; with 8
@@ -258,17 +270,7 @@ for (const { adapter, skip } of cases) {
 
     test("putKeyHashesRun() writes what putKeyHashes() writes member by member", async () => {
       await withSegmentEnv(adapter, async (env) => {
-        const indexNum = 20;
-        const open = (name: string) =>
-          IndexFile.create({
-            port: env.port,
-            path: `${env.directory}/${name}`,
-            hashSlotNum: SLOTS,
-            indexNum,
-            endTimestamp: T0 - 2_500,
-            endPhyOffset: 0x900,
-            sparse: true,
-          });
+        const open = (name: string) => createSparse(env, name, 20, 0x900);
         const byMember = await open("20261129121453506");
         const byRun = await open("20261129121453507");
         // Members in ring slots (not in order), 0 to 3 keys each (8 slots:
