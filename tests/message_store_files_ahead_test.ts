@@ -16,6 +16,7 @@ import type { RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { javaHashCode } from "../src/record/mod.ts";
 import type { MessageStore } from "../src/store/message_store.ts";
+import { ConsumeQueueAllocator } from "../src/store/_consume_queue_allocator.ts";
 import { ConsumeQueueTable } from "../src/store/consume_queue_table.ts";
 import { IndexService } from "../src/store/index_service.ts";
 import { body, heldCreations, openMemoryStore } from "./_store_helpers.ts";
@@ -87,6 +88,68 @@ async function checkQueries(store: MessageStore, count: number): Promise<void> {
     assert.equal(ranged.messages.length, 1, `key-${i} from its own time`);
   }
 }
+
+/**
+ * Wraps `inner` so that `createFile` of a path `holds` picks waits until
+ * the returned `release` is called, and every `rename` target is recorded
+ * in `renamed`.
+ */
+function gatedRenamingPort(
+  inner: RuntimePort,
+  holds: (path: string) => boolean,
+  created: string[],
+  renamed: string[],
+): { port: RuntimePort; release: () => void } {
+  let release = () => {};
+  const held = new Promise<void>((resolve) => release = resolve);
+  const port = new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile") {
+        return async (...args: unknown[]) => {
+          created.push(String(args[0]));
+          if (holds(String(args[0]))) await held;
+          return await value.apply(target, args);
+        };
+      }
+      if (key === "rename") {
+        return async (...args: unknown[]) => {
+          renamed.push(String(args[1]));
+          return await value.apply(target, args);
+        };
+      }
+      return value.bind(target);
+    },
+  });
+  return { port, release };
+}
+
+describe("ConsumeQueueAllocator", () => {
+  test("prepare() creates two files at once, and a directory's files appear in the order prepared", async () => {
+    const memory = new MemoryPort(runtimeName());
+    const directory = "/cq/A/0";
+    await memory.makeDirectory(directory);
+    const names = ["00000000000000000160", "00000000000000000320", "00000000000000000480"];
+    const paths = names.map((name) => `${directory}/${name}`);
+    const created: string[] = [];
+    const renamed: string[] = [];
+    // The first file's creation is slow; the second's is not.
+    const gated = gatedRenamingPort(memory, (path) => path.startsWith(paths[0]!), created, renamed);
+    const allocator = new ConsumeQueueAllocator({ port: gated.port, sparse: true });
+    const done = paths.map((path) => allocator.prepare(path, CQ_FILE_BYTES));
+    await settle();
+    // Two at once: the second started while the first is held; the third waits for a slot.
+    assert.deepEqual(created.map((path) => path.slice(0, paths[0]!.length)), paths.slice(0, 2));
+    assert.deepEqual(renamed, [], "the second file is not renamed before the first");
+    gated.release();
+    await Promise.all(done);
+    assert.deepEqual(renamed, paths);
+    for (const path of paths) assert.equal(allocator.isReady(path), true);
+    await allocator.close();
+    for (const path of paths) assert.equal(await memory.stat(path), undefined, "removed at close");
+  });
+});
 
 describe("MessageStore files made ahead", () => {
   test("MessageStore dispatch rolls consume-queue and index files many times; queries and reads span the rolls", async () => {

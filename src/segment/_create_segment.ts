@@ -23,6 +23,14 @@ export interface CreateSegmentOptions {
    * @default {false}
    */
   sparse?: boolean;
+  /**
+   * A creation whose rename this one's must follow: awaited (its outcome
+   * ignored) just before the rename, so that files created in parallel
+   * still appear in order and a crash cannot leave a gap between them.
+   *
+   * @default {undefined}
+   */
+  renameAfter?: Promise<unknown>;
 }
 
 /**
@@ -51,6 +59,7 @@ export async function createSegmentFile(
     // name appears, or a crash could leave a short segment under its name.
     await handle.datasync();
     await handle.close();
+    await options.renameAfter?.catch(() => {});
     await port.rename(temporary, path);
   } catch (error) {
     await handle.close();

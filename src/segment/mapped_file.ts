@@ -167,6 +167,13 @@ export interface CreateMappedFileOptions extends MappedFileOptions {
    */
   sparse?: boolean;
   /**
+   * A creation whose file must appear (be renamed into place) before this
+   * one's: files of one directory created in parallel keep their order.
+   *
+   * @default {undefined}
+   */
+  renameAfter?: Promise<unknown>;
+  /**
    * Advise the mapping `MADV_RANDOM` before any page is touched (SPEC §2),
    * so its page cache is made of 4 KiB folios: a small flush then writes
    * only its pages. False leaves the default advice, under which the
@@ -398,6 +405,7 @@ export class MappedFile {
     try {
       handle = await createSegmentFile(options.port, options.path, options.fileSizeBytes, {
         sparse: options.sparse === true,
+        renameAfter: options.renameAfter,
       });
       if (options.port.canMap) {
         mapping = await handle.map(0, options.fileSizeBytes);
