@@ -28,15 +28,20 @@ const CQ_FILE_BYTES = 20 * 8;
 const INDEX_NUM = 9;
 const QUEUES = 2;
 
-/** Wraps `inner` so that every `createFile` path is recorded in `created`. */
-function recordingPort(inner: RuntimePort, created: string[]): RuntimePort {
+/**
+ * Wraps `inner` so that every `createFile` path is recorded in `created`
+ * and, with `renamed`, every `rename` target in it.
+ */
+function recordingPort(inner: RuntimePort, created: string[], renamed?: string[]): RuntimePort {
   return new Proxy(inner, {
     get(target, key) {
       const value = Reflect.get(target, key);
       if (typeof value !== "function") return value;
-      if (key === "createFile") {
+      if (key === "createFile" || (key === "rename" && renamed !== undefined)) {
+        const calls = key === "createFile" ? created : renamed!;
+        const argument = key === "createFile" ? 0 : 1;
         return (...args: unknown[]) => {
-          created.push(String(args[0]));
+          calls.push(String(args[argument]));
           return value.apply(target, args);
         };
       }
@@ -89,42 +94,6 @@ async function checkQueries(store: MessageStore, count: number): Promise<void> {
   }
 }
 
-/**
- * Wraps `inner` so that `createFile` of a path `holds` picks waits until
- * the returned `release` is called, and every `rename` target is recorded
- * in `renamed`.
- */
-function gatedRenamingPort(
-  inner: RuntimePort,
-  holds: (path: string) => boolean,
-  created: string[],
-  renamed: string[],
-): { port: RuntimePort; release: () => void } {
-  let release = () => {};
-  const held = new Promise<void>((resolve) => release = resolve);
-  const port = new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (typeof value !== "function") return value;
-      if (key === "createFile") {
-        return async (...args: unknown[]) => {
-          created.push(String(args[0]));
-          if (holds(String(args[0]))) await held;
-          return await value.apply(target, args);
-        };
-      }
-      if (key === "rename") {
-        return async (...args: unknown[]) => {
-          renamed.push(String(args[1]));
-          return await value.apply(target, args);
-        };
-      }
-      return value.bind(target);
-    },
-  });
-  return { port, release };
-}
-
 describe("ConsumeQueueAllocator", () => {
   test("prepare() creates two files at once, and a directory's files appear in the order prepared", async () => {
     const memory = new MemoryPort(runtimeName());
@@ -135,14 +104,15 @@ describe("ConsumeQueueAllocator", () => {
     const created: string[] = [];
     const renamed: string[] = [];
     // The first file's creation is slow; the second's is not.
-    const gated = gatedRenamingPort(memory, (path) => path.startsWith(paths[0]!), created, renamed);
-    const allocator = new ConsumeQueueAllocator({ port: gated.port, sparse: true });
+    const held = heldCreations(memory, (path) => path.startsWith(paths[0]!));
+    const port = recordingPort(held.port, created, renamed);
+    const allocator = new ConsumeQueueAllocator({ port, sparse: true });
     const done = paths.map((path) => allocator.prepare(path, CQ_FILE_BYTES));
     await settle();
     // Two at once: the second started while the first is held; the third waits for a slot.
     assert.deepEqual(created.map((path) => path.slice(0, paths[0]!.length)), paths.slice(0, 2));
     assert.deepEqual(renamed, [], "the second file is not renamed before the first");
-    gated.release();
+    held.release();
     await Promise.all(done);
     assert.deepEqual(renamed, paths);
     for (const path of paths) assert.equal(allocator.isReady(path), true);
