@@ -470,20 +470,19 @@ export class IndexFile {
     }
     // #put's bytes for each key, with what every key of the message
     // shares (the time difference, the entries' range) worked out once.
-    const timeDiffSec = this.#timeDiffSecOf(storeTimestamp);
-    let indexCount = this.#indexCount;
-    const firstEntry = this.#entryPosition(indexCount);
-    for (let i = 0; i < count; i++) {
-      this.#writeEntry(indexKeyHashOf(javaHashes[i]!), phyOffset, timeDiffSec, indexCount++);
-    }
-    const entry = this.#entryPosition(indexCount);
-    this.#indexCount = indexCount;
-    this.#endPhyOffset = phyOffset;
-    this.#endTimestamp = storeTimestamp;
+    const firstEntry = this.#entryPosition(this.#indexCount);
+    this.#appendEntries(
+      javaHashes,
+      0,
+      count,
+      phyOffset,
+      storeTimestamp,
+      this.#timeDiffSecOf(storeTimestamp),
+    );
     this.#writeHeaderEnd();
     // The header (marked from 0) and the entries: the slots lie between
     // them, so the dirty range is what marking each slot would make it.
-    this.#markDirty(firstEntry, entry);
+    this.#markDirty(firstEntry, this.#entryPosition(this.#indexCount));
     return true;
   }
 
@@ -546,24 +545,43 @@ export class IndexFile {
         timeDiffSec = this.#timeDiffSecOf(storeTimestamp);
       }
       if (firstEntry < 0) firstEntry = this.#entryPosition(indexCount);
-      const base = slot * stride;
-      for (let k = 0; k < keyCount; k++) {
-        this.#writeEntry(
-          indexKeyHashOf(keyHashes[base + k]!),
-          phyOffset,
-          timeDiffSec,
-          indexCount++,
-        );
-      }
-      this.#indexCount = indexCount;
-      this.#endPhyOffset = phyOffset;
-      this.#endTimestamp = storeTimestamp;
+      this.#appendEntries(
+        keyHashes,
+        slot * stride,
+        keyCount,
+        phyOffset,
+        storeTimestamp,
+        timeDiffSec,
+      );
+      indexCount = this.#indexCount;
     }
     if (firstEntry >= 0) {
       this.#writeHeaderEnd();
       this.#markDirty(firstEntry, this.#entryPosition(indexCount));
     }
     return done;
+  }
+
+  /**
+   * Writes one entry (and its slot) per hash of `javaHashes[from, from +
+   * count)` for one message past the file's first entries, and moves the
+   * end fields to it; the caller writes the header and marks the range.
+   */
+  #appendEntries(
+    javaHashes: Int32Array,
+    from: number,
+    count: number,
+    phyOffset: number,
+    storeTimestamp: number,
+    timeDiffSec: number,
+  ): void {
+    let indexCount = this.#indexCount;
+    for (let i = from; i < from + count; i++) {
+      this.#writeEntry(indexKeyHashOf(javaHashes[i]!), phyOffset, timeDiffSec, indexCount++);
+    }
+    this.#indexCount = indexCount;
+    this.#endPhyOffset = phyOffset;
+    this.#endTimestamp = storeTimestamp;
   }
 
   #checkPut(phyOffset: number, storeTimestamp: number): void {
