@@ -55,7 +55,6 @@ import {
   CQ_UNIT_SIZE_POSITION,
   CQ_UNIT_TAGS_CODE_POSITION,
   MAPPED_FILE_SIZE_CONSUME_QUEUE_DEFAULT,
-  TWO_POW_32,
 } from "./_consume_queue_constants.ts";
 import { readInt64, writeInt64 } from "./_consume_queue_int64.ts";
 import type { ConsumeQueueAllocator } from "./_consume_queue_allocator.ts";
@@ -1184,16 +1183,7 @@ function writeUnitBytes(
   putInt64(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
 }
 
-/** 2^-32: a multiply instead of a divide when splitting an int64. */
-const TWO_POW_MINUS_32 = 1 / TWO_POW_32;
-
-/**
- * Writes `count` units at `bytes[at]` on: the bytes {@link writeUnitBytes}
- * writes for each, in one loop; a tagsCode equal to the one before (a
- * batch's members with the same TAGS) is split once. Byte stores, not a
- * DataView: Bun's JSC ran DataView.setInt32 here as a call, three times
- * slower than the stores.
- */
+/** Writes `count` units at `bytes[at]` on, each as {@link writeUnitBytes} writes it. */
 function writeUnits(
   bytes: Uint8Array,
   at: number,
@@ -1202,24 +1192,8 @@ function writeUnits(
   sizes: Int32Array,
   tagsCodes: Float64Array,
 ): void {
-  let tagsCode = Number.NaN;
-  let tagsHigh = 0;
-  let tagsLow = 0;
   for (let i = 0; i < count; i++) {
-    const offset = offsets[i]!;
-    const high = Math.floor(offset * TWO_POW_MINUS_32);
-    putInt32(bytes, at, high);
-    putInt32(bytes, at + 4, offset - high * TWO_POW_32);
-    putInt32(bytes, at + CQ_UNIT_SIZE_POSITION, sizes[i]!);
-    const tags = tagsCodes[i]!;
-    if (tags !== tagsCode) {
-      tagsCode = tags;
-      tagsHigh = Math.floor(tags * TWO_POW_MINUS_32);
-      tagsLow = tags - tagsHigh * TWO_POW_32;
-    }
-    putInt32(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, tagsHigh);
-    putInt32(bytes, at + CQ_UNIT_TAGS_CODE_POSITION + 4, tagsLow);
-    at += CQ_UNIT_SIZE_BYTES;
+    writeUnitBytes(bytes, at + i * CQ_UNIT_SIZE_BYTES, offsets[i]!, sizes[i]!, tagsCodes[i]!);
   }
 }
 
