@@ -24,6 +24,17 @@
  * exactly full. A queue cut back (truncated, destroyed) discards its
  * prepared file first, so the files on disk stay contiguous.
  *
+ * A creation is five awaited steps (see `createSegmentName`), each of
+ * which completes only on a turn of the event loop, which a producer that
+ * never yields gives only when dispatch declines a put: fewer steps, fewer
+ * such turns. The directory sync that makes the new name durable is not
+ * one of them: it starts in the background once the file is renamed, and
+ * the queue's flush waits for it ({@link ConsumeQueueAllocator.whenNamesDurable})
+ * before the checkpoint may count a unit in the file. Until then a crash
+ * can undo the rename (a `.tmp`, removed at load, or nothing): the queue
+ * then ends at the file before, and re-dispatch rebuilds the units past
+ * the checkpoint, as it does for any unit not flushed.
+ *
  * Two creations run at once ({@link CREATIONS_IN_FLIGHT_MAX}): their syncs
  * overlap, and a queue written at 1.5–2 M units/s, which fills a 6 MB file
  * every 150–200 ms, needs that under the commit log's writeback, where a
@@ -39,6 +50,7 @@ import type { RuntimePort } from "../runtime/port.ts";
 import { AllocateMappedFileService } from "../segment/allocate_mapped_file_service.ts";
 import type { Clock } from "../segment/clock.ts";
 import { MappedFile } from "../segment/mapped_file.ts";
+import { createSegmentName } from "../segment/_create_segment.ts";
 import { directoryOf } from "../segment/_file_name.ts";
 
 /** Creations that run at once; later ones wait for a slot, in order. */
@@ -92,6 +104,13 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
   /** The last preparation started in each directory: the next one's rename follows it. */
   #lastInDirectory = new Map<string, Promise<void>>();
   #closing = false;
+  /**
+   * Directory syncs started after a creation's rename and not ended, by
+   * directory (see {@link whenNamesDurable}).
+   */
+  #directorySyncs = new Map<string, Set<Promise<void>>>();
+  /** Directories whose background sync failed: the next {@link whenNamesDurable} syncs again. */
+  #unsyncedDirectories = new Set<string>();
 
   /** @param options Port and file settings. */
   constructor(options: ConsumeQueueAllocatorOptions) {
@@ -176,10 +195,30 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     return file;
   }
 
-  /** Resolves once no file is being created. */
+  /** Resolves once no file is being created and no directory sync runs. */
   override async whenIdle(): Promise<void> {
     // Bounded: each round waits for the preparations started before it.
     while (this.#unsettled.size > 0) await Promise.all(this.#unsettled);
+    for (const syncs of [...this.#directorySyncs.values()]) {
+      await Promise.allSettled([...syncs]);
+    }
+  }
+
+  /**
+   * Resolves once the names of the files created in `directory` so far
+   * are durable: the background directory syncs started after their
+   * renames have ended (one that failed is done again here). A queue's
+   * flush waits for it before the checkpoint may count its units.
+   *
+   * @throws The directory sync's error.
+   */
+  async whenNamesDurable(directory: string): Promise<void> {
+    const syncs = this.#directorySyncs.get(directory);
+    if (syncs !== undefined) await Promise.allSettled([...syncs]);
+    if (this.#unsyncedDirectories.has(directory)) {
+      await this.#port.syncDirectory(directory);
+      this.#unsyncedDirectories.delete(directory);
+    }
   }
 
   /** Removes the prepared files under `directory` (a queue cut back or destroyed). */
@@ -223,19 +262,49 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     else this.#running--;
   }
 
-  #create(
+  /**
+   * Creates `path` (under its name, the directory sync started in the
+   * background) and opens it.
+   */
+  async #create(
     path: string,
     fileSizeBytes: number,
     renameAfter?: Promise<unknown>,
   ): Promise<MappedFile> {
-    return MappedFile.create({
-      port: this.#port,
-      path,
-      fileSizeBytes,
+    const port = this.#port;
+    await createSegmentName(port, path, fileSizeBytes, {
       sparse: this.#sparse,
-      clock: this.#clock,
       renameAfter,
+      syncDirectory: false,
     });
+    this.#syncDirectoryLater(directoryOf(path));
+    let file: MappedFile;
+    try {
+      file = await MappedFile.open({ port, path, fileSizeBytes, clock: this.#clock });
+    } catch (error) {
+      await port.remove(path);
+      throw error;
+    }
+    // Advised random before any page is touched, as MappedFile.create does
+    // (SPEC §2); nothing else (populate: false). It runs on the next
+    // microtask, before the file is handed to anyone.
+    file.prepare({ populate: false }).catch(ignore);
+    return file;
+  }
+
+  /** Starts a sync of `directory` that {@link whenNamesDurable} waits for. */
+  #syncDirectoryLater(directory: string): void {
+    let syncs = this.#directorySyncs.get(directory);
+    if (syncs === undefined) this.#directorySyncs.set(directory, syncs = new Set());
+    const sync: Promise<void> = this.#port.syncDirectory(directory).catch(() => {
+      this.#unsyncedDirectories.add(directory);
+    }).finally(() => {
+      syncs.delete(sync);
+      if (syncs.size === 0 && this.#directorySyncs.get(directory) === syncs) {
+        this.#directorySyncs.delete(directory);
+      }
+    });
+    syncs.add(sync);
   }
 }
 

@@ -24,8 +24,8 @@
  * a producer that never yields.
  *
  * A new queue started with {@link ConsumeQueue.startInMemory} does not
- * wait for its first file either: its units go into a small in-memory
- * buffer (readers see them there) while the file is created in the
+ * wait for its first file either: its units go into an in-memory
+ * buffer (readers see them there; up to a file's worth) while the file is created in the
  * background; once it exists the buffered units are written to it, in
  * order, and the queue goes on as any other. A flush waits for that, so
  * a checkpoint never counts a unit that is in memory only: a crash before
@@ -70,12 +70,6 @@ import { joinPath, segmentFileName } from "../segment/_file_name.ts";
  */
 const PREPARE_AHEAD_NUMERATOR = 1;
 const PREPARE_AHEAD_DENOMINATOR = 8;
-/**
- * Units a queue holds in memory while its first file is created, at most
- * (80 KiB; a few hundred ms of one queue at full speed): past it, dispatch
- * waits for the file.
- */
-const IN_MEMORY_UNITS_MAX = 0x1000;
 /**
  * While a file the queue will need is being created and the last file is
  * half full or more (or units wait in memory), one synchronous put in this
@@ -396,7 +390,16 @@ export class ConsumeQueue {
     );
     this.#inMemory = new Uint8Array(IN_MEMORY_UNITS_INITIAL * CQ_UNIT_SIZE_BYTES);
     this.#inMemoryFrom = 0;
-    this.#inMemoryCapBytes = Math.min(IN_MEMORY_UNITS_MAX * CQ_UNIT_SIZE_BYTES, this.fileSizeBytes);
+    // A file's worth, as at a roll: a creation is about five awaited steps,
+    // each waiting for a turn that a producer that never yields gives only
+    // when dispatch declines a put (one in TURN_EVERY_UNITS, then a wait
+    // at the put lag bound): 40–150 ms, or 100–375 k units at 2.5 M/s.
+    // The 4096 units held before were 2 ms of such a queue. Memory: the
+    // buffer grows by doubling with the units it holds, and all queues
+    // together hold at most what dispatch puts in during their creations
+    // (2.5 M units/s × 0.15 s × 20 B = 7.5 MB at full speed, however many
+    // queues), each at most one file (6 MB by default).
+    this.#inMemoryCapBytes = this.fileSizeBytes;
     this.#startPendingFile(async () => {
       await this.#queue.load();
       return await this.#queue.getOrCreateLastMappedFile(0);
@@ -1049,7 +1052,12 @@ export class ConsumeQueue {
     // Units held in memory are flushed once they are in the file (a
     // failed creation rejects: the checkpoint must not count them).
     await this.#pendingFile;
-    return await this.#queue.flush(leastPages);
+    const moved = await this.#queue.flush(leastPages);
+    // A file the allocator made has its name made durable in the
+    // background: the checkpoint counts the units flushed here only once
+    // it is (a crash before would undo the name, and the units with it).
+    await this.#allocator?.whenNamesDurable(this.directory);
+    return moved;
   }
 
   /**
