@@ -76,18 +76,6 @@ const PROPERTIES_LENGTH_BYTES = 0x02;
 /** Longest tail of a member without properties: a 127-character topic and both lengths. */
 const BARE_TAIL_MAX_BYTES = 0x84;
 
-/** The pairs of a member without properties, for its dispatch hint. */
-const NO_PAIRS = {
-  pairCount: 0,
-  pairsKnown: true,
-  pairName(): string {
-    throw new RangeError("A message without properties has no pairs");
-  },
-  pairValue(): string {
-    throw new RangeError("A message without properties has no pairs");
-  },
-};
-
 /**
  * Why member `index` cannot be in a batch with `first`: another queue, a
  * transaction type, a DELAY.
@@ -329,6 +317,9 @@ export class BatchEncoder {
       const offsetDelta = offset - start;
       let waiting = this.#wait;
       let uniform = true;
+      // Members without properties not staged yet (see DispatchHints.stageBare):
+      // staged a range at a time, before the next member staged otherwise.
+      let bareToStage = 0;
       // The IPv4 layout's header words (HEADER_WORDS_V4), as locals.
       const h0 = header[0]!, h1 = header[1]!, h2 = header[2]!, h3 = header[3]!;
       const h4 = header[4]!, h5 = header[5]!, h6 = header[6]!, h7 = header[7]!;
@@ -382,7 +373,11 @@ export class BatchEncoder {
           if (checked !== firstSize) uniform = false;
           sizes[i] = checked;
           position += checked;
-          hints?.stage(topic, queueId, this.#encoder.lastTail);
+          if (hints !== undefined) {
+            hints.stageBare(topic, queueId, bareToStage);
+            bareToStage = 0;
+            hints.stage(topic, queueId, this.#encoder.lastTail);
+          }
           continue;
         }
         if (position + size > end) {
@@ -436,16 +431,23 @@ export class BatchEncoder {
           const source = tail.view;
           for (let k = 0; k < last; k += 4) d.setInt32(q + k, source.getInt32(from + k));
           d.setInt32(q + last, source.getInt32(from + last));
-          hints?.stage(topic, queueId, tail);
+          if (hints !== undefined) {
+            if (bareToStage > 0) {
+              hints.stageBare(topic, queueId, bareToStage);
+              bareToStage = 0;
+            }
+            hints.stage(topic, queueId, tail);
+          }
         } else {
           for (let k = 0; k < bareLast; k += 4) d.setInt32(q + k, bare.getInt32(k));
           d.setInt32(q + bareLast, bare.getInt32(bareLast));
-          hints?.stage(topic, queueId, NO_PAIRS);
+          bareToStage++;
         }
         if (size !== firstSize) uniform = false;
         sizes[i] = size;
         position += size;
       }
+      hints?.stageBare(topic, queueId, bareToStage);
       this.#wait = waiting;
       encoded = true;
       d.setInt32(start + MAGIC_POSITION, MESSAGE_MAGIC_CODE);

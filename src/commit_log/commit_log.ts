@@ -1310,6 +1310,7 @@ export class CommitLog {
         if (patched !== size) assert(false, `batch records add up to ${size} bytes`);
       }
       const sizes = batch.sizes;
+      const uniformSize = batch.uniformSize;
       if (hinted) {
         hints!.publishRun(
           count,
@@ -1319,12 +1320,12 @@ export class CommitLog {
           nowMs,
           sysFlagAt(bytes, index),
           counter,
+          uniformSize,
         );
       }
       // The result's own copy (the encoder's sizes are the next batch's),
       // none when every record has one size: the offsets and msgIds are
       // built from them only when read.
-      const uniformSize = batch.uniformSize;
       this.#curBatchSizes = uniformSize >= 0 ? uniformSize : sizes.slice(0, count);
     } else {
       const recordSizes = new Int32Array(count);

@@ -21,6 +21,12 @@
  * its size and the record's header agree, and decodes every record that
  * has none (a full ring, a BLANK, a queued put, a re-dispatch at open).
  *
+ * A batch's members without properties are staged a range at a time
+ * ({@link DispatchHints.stageBare}) and, when they all have one size,
+ * published as a uniform run ({@link DispatchHints.runCounts}): the
+ * dispatcher then writes their consume-queue units from one slot, with
+ * no per-record hint to read.
+ *
  * This lives in the commit log (it fills the ring) and the store's
  * dispatcher reads it: arrows point down.
  *
@@ -184,6 +190,15 @@ export class DispatchHints {
   topics!: string[];
   /** The queue's counter (its `dispatchCache` holds the consume queue); unset without a unit. */
   counters!: (QueueCounter | undefined)[];
+  /**
+   * In a uniform run (see {@link publishRun}): the run's records from this
+   * slot on; 0 outside one. Slots `[s, s + n)` then hold consecutive
+   * records of one size (`sizes[s]`), one queue (`counters[s]`) with
+   * consecutive queue offsets, one storeTimestamp, transaction type and
+   * tagsCode, none with keys: the dispatcher writes their units from slot
+   * `s` alone, wherever in the run it starts.
+   */
+  runCounts!: Int32Array;
 
   readonly #capacity: number;
   readonly #withKeys: boolean;
@@ -198,6 +213,11 @@ export class DispatchHints {
   #staged = 0;
   /** A record of the put in progress found no slot: commit none of them. */
   #stageFull = false;
+  /**
+   * Every record the put in progress staged has no keys, no delay and a
+   * tagsCode of 0 (members without properties): a uniform run may be marked.
+   */
+  #stagedPlain = true;
   /** Last topic staged, and the Java hash of `topic#`. */
   #topic = "";
   #prefixHash = 0;
@@ -252,6 +272,7 @@ export class DispatchHints {
     this.keyHashes = new Int32Array(slots * HINT_KEYS_MAX);
     this.topics = new Array<string>(slots).fill("");
     this.counters = new Array<QueueCounter | undefined>(slots).fill(undefined);
+    this.runCounts = new Int32Array(slots);
   }
 
   /** Hints waiting for the dispatcher. */
@@ -281,6 +302,7 @@ export class DispatchHints {
   beginStage(): void {
     this.#staged = 0;
     this.#stageFull = false;
+    this.#stagedPlain = true;
     // An empty ring starts again at slot 0: a dispatcher in step with the
     // puts then reuses the first slots, which stay in cache, instead of
     // walking through every slot of a ring that once grew (megabytes).
@@ -304,13 +326,14 @@ export class DispatchHints {
   stage(topic: string, queueId: number, pairs: EncodedPairs): void {
     const index = this.#tail + this.#staged++;
     if (this.#stageFull) return;
-    if (index - this.#head > this.#mask && !this.#grow()) {
+    if (index - this.#head > this.#mask && !this.#grow(index)) {
       this.#stageFull = true;
       return;
     }
     const slot = index & this.#mask;
     this.topics[slot] = topic;
     this.queueIds[slot] = queueId;
+    this.runCounts[slot] = 0;
     const count = pairs.pairCount;
     if (count === 0 && pairs.pairsKnown) {
       // No properties (a bare batch member): no tags, delay or keys.
@@ -319,6 +342,7 @@ export class DispatchHints {
       this.keyCounts[slot] = 0;
       return;
     }
+    this.#stagedPlain = false;
     if (!pairs.pairsKnown) {
       this.keyCounts[slot] = NO_HINT;
       return;
@@ -366,6 +390,46 @@ export class DispatchHints {
       if (keys !== undefined) keyCount = this.#stageKeys(keys, prefix, base, keyCount);
     }
     this.keyCounts[slot] = keyCount;
+  }
+
+  /**
+   * {@link stage} for the next `count` records of the put in progress when
+   * none has properties (members of a batch without any): no tags, delay
+   * or keys. Fills the slots a range at a time instead of a call a record.
+   *
+   * @param topic The records' topic.
+   * @param queueId Their queue.
+   * @param count Records (≥ 0).
+   */
+  stageBare(topic: string, queueId: number, count: number): void {
+    if (count <= 0) return;
+    const from = this.#tail + this.#staged;
+    this.#staged += count;
+    if (this.#stageFull) return;
+    const last = from + count - 1;
+    // Bounded: each round doubles the ring, up to its capacity.
+    while (last - this.#head > this.#mask) {
+      if (!this.#grow(from)) {
+        this.#stageFull = true;
+        return;
+      }
+    }
+    const mask = this.#mask;
+    const start = from & mask;
+    // Two ranges when the records wrap around the ring's end.
+    const firstEnd = Math.min(start + count, mask + 1);
+    this.#fillBare(topic, queueId, start, firstEnd);
+    if (firstEnd - start < count) this.#fillBare(topic, queueId, 0, count - (firstEnd - start));
+  }
+
+  /** Slots `[from, to)` as {@link stageBare} stages them. */
+  #fillBare(topic: string, queueId: number, from: number, to: number): void {
+    this.topics.fill(topic, from, to);
+    this.queueIds.fill(queueId, from, to);
+    this.tagsCodes.fill(0, from, to);
+    this.delaysMs.fill(-1, from, to);
+    this.keyCounts.fill(0, from, to);
+    this.runCounts.fill(0, from, to);
   }
 
   /**
@@ -477,6 +541,10 @@ export class DispatchHints {
    * @param storeTimestamp Their storeTimestamp.
    * @param sysFlag Their sysFlag (the transaction bits count).
    * @param counter The queue's counter, when the records get consume-queue units.
+   * @param uniformSize The size of every record when they all have one
+   *   (the batch encoder's `uniformSize`), else -1. With it, a batch whose
+   *   members were all staged without properties is marked as a uniform
+   *   run ({@link runCounts}).
    */
   publishRun(
     count: number,
@@ -486,10 +554,23 @@ export class DispatchHints {
     storeTimestamp: number,
     sysFlag: number,
     counter: QueueCounter | undefined,
+    uniformSize = -1,
   ): void {
     if (this.#stageFull) return;
     const n = Math.min(count, this.#staged);
     const transactionType = sysFlag & SYS_FLAG_TRANSACTION_MASK;
+    if (uniformSize > 0 && this.#stagedPlain && n > 0) {
+      this.#publishUniform(
+        n,
+        offset,
+        uniformSize,
+        queueOffset,
+        storeTimestamp,
+        transactionType,
+        counter,
+      );
+      return;
+    }
     const rollback = transactionType === TRANSACTION_ROLLBACK_TYPE;
     const mask = this.#mask;
     const tail = this.#tail;
@@ -511,6 +592,82 @@ export class DispatchHints {
       this.counters[slot] = counter;
       at += size;
     }
+  }
+
+  /**
+   * {@link publishRun} for `n` records of one size, staged without
+   * properties (no keys, no delay, tagsCode 0): range fills, and the run
+   * marked at its first slot.
+   */
+  #publishUniform(
+    n: number,
+    offset: number,
+    size: number,
+    queueOffset: number,
+    storeTimestamp: number,
+    transactionType: number,
+    counter: QueueCounter | undefined,
+  ): void {
+    const mask = this.#mask;
+    const start = this.#tail & mask;
+    // Two ranges when the records wrap around the ring's end.
+    const firstCount = Math.min(n, mask + 1 - start);
+    this.#fillPlaced(
+      start,
+      firstCount,
+      n,
+      offset,
+      size,
+      queueOffset,
+      storeTimestamp,
+      transactionType,
+      counter,
+    );
+    if (firstCount < n) {
+      this.#fillPlaced(
+        0,
+        n - firstCount,
+        n - firstCount,
+        offset + firstCount * size,
+        size,
+        queueOffset + firstCount,
+        storeTimestamp,
+        transactionType,
+        counter,
+      );
+    }
+  }
+
+  /**
+   * The placement of `count` uniform records from slot `from` (see
+   * {@link #publishUniform}), `runLeft` records of the run from the first.
+   */
+  #fillPlaced(
+    from: number,
+    count: number,
+    runLeft: number,
+    offset: number,
+    size: number,
+    queueOffset: number,
+    storeTimestamp: number,
+    transactionType: number,
+    counter: QueueCounter | undefined,
+  ): void {
+    const to = from + count;
+    const offsets = this.offsets;
+    const queueOffsets = this.queueOffsets;
+    const runCounts = this.runCounts;
+    let at = offset;
+    for (let slot = from; slot < to; slot++) {
+      offsets[slot] = at;
+      queueOffsets[slot] = queueOffset + slot - from;
+      runCounts[slot] = runLeft - (slot - from);
+      at += size;
+    }
+    this.sizes.fill(size, from, to);
+    this.storeTimestamps.fill(storeTimestamp, from, to);
+    this.transactionTypes.fill(transactionType, from, to);
+    this.counters.fill(counter, from, to);
   }
 
   /**
@@ -573,14 +730,17 @@ export class DispatchHints {
     this.#head = Math.min(this.#head + count, this.#tail);
   }
 
-  /** Doubles the slots, up to the capacity; false when at it. */
-  #grow(): boolean {
+  /**
+   * Doubles the slots, up to the capacity, keeping those in use up to
+   * index `to` (exclusive: the committed hints and those staged so far);
+   * false when at the capacity.
+   */
+  #grow(to: number): boolean {
     const slots = this.#mask + 1;
     if (slots >= this.#capacity) return false;
     const larger = slots * 2;
     const mask = larger - 1;
     const from = this.#head;
-    const to = this.#tail + this.#staged - 1;
     const old = {
       offsets: this.offsets,
       sizes: this.sizes,
@@ -594,6 +754,7 @@ export class DispatchHints {
       keyHashes: this.keyHashes,
       topics: this.topics,
       counters: this.counters,
+      runCounts: this.runCounts,
     };
     this.#allocate(larger);
     // Every slot in use: the committed hints and those staged so far.
@@ -615,6 +776,7 @@ export class DispatchHints {
       );
       this.topics[b] = old.topics[a]!;
       this.counters[b] = old.counters[a];
+      this.runCounts[b] = old.runCounts[a]!;
     }
     this.#mask = mask;
     return true;

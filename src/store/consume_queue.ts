@@ -821,6 +821,142 @@ export class ConsumeQueue {
     return run;
   };
 
+  // ---------------------------------------------------------------------
+  // Uniform runs (helper B, session 8): self-contained, uses no field or
+  // function above but the ones putUnitsNow uses.
+
+  /**
+   * {@link putUnitsNow} for a uniform run: `count` records of one `size`
+   * from commit-log offset `firstOffset` on, one `tagsCode`, consecutive
+   * queue offsets from `queueOffset` (a batch of members without
+   * properties). Nothing per record to read: the units are computed.
+   *
+   * @param count Units (records of the run).
+   * @param queueOffset The first unit's queue offset.
+   * @param firstOffset The first record's commit-log offset.
+   * @param size Every record's size.
+   * @param tagsCode Every unit's tagsCode.
+   * @returns Units written, from the first; 0, writing nothing, when the
+   *   first is not putUnitNow's usual case (a repeat, a gap, a new file,
+   *   no mapping, units in memory): the caller puts them another way.
+   * @throws {RangeError} For a unit putUnit refuses (nothing written).
+   */
+  putUniformRunNow(
+    count: number,
+    queueOffset: number,
+    firstOffset: number,
+    size: number,
+    tagsCode: number,
+  ): number {
+    if (count <= 0 || this.#putting) return 0;
+    if (firstOffset + size <= this.#maxPhysicOffset) return 0;
+    if (this.#inMemory !== undefined || this.#tryRollInMemory(queueOffset)) {
+      return this.#putUniformRunInMemory(count, queueOffset, firstOffset, size, tagsCode);
+    }
+    const file = this.#queue.lastFile;
+    if (file === undefined || file.isFull || file.writeMode !== "mapping") return 0;
+    if (queueOffset * CQ_UNIT_SIZE_BYTES !== file.fileFromOffset + file.wrotePosition) return 0;
+    const room = Math.floor((this.fileSizeBytes - file.wrotePosition) / CQ_UNIT_SIZE_BYTES);
+    const n = Math.min(count, room);
+    if (n <= 0) return 0;
+    const end = this.#checkUniformRun(n, queueOffset, firstOffset, size, tagsCode);
+    if (this.#creations > 0 && file.wrotePosition >= this.#turnAtPosition) {
+      // Declined: putUnitNow takes them one by one and declines in turn.
+      if (this.#unitsToTurn <= 0) return 0;
+      this.#unitsToTurn -= n;
+    }
+    const run = this.#uniformRun;
+    run.wroteBytes = n * CQ_UNIT_SIZE_BYTES;
+    run.storeTimestampMs = file.storeTimestampMs;
+    run.firstOffset = firstOffset;
+    run.size = size;
+    run.tagsCode = tagsCode;
+    file.append(this.#writeUniformRun);
+    this.#maxPhysicOffset = end;
+    if (
+      file.wrotePosition >= this.#prepareAtPosition && this.#preparedAfter !== file.fileFromOffset
+    ) {
+      this.#prepareAfter(file);
+    }
+    return n;
+  }
+
+  /** {@link putUniformRunNow} into the in-memory buffer (a file in creation). */
+  #putUniformRunInMemory(
+    count: number,
+    queueOffset: number,
+    firstOffset: number,
+    size: number,
+    tagsCode: number,
+  ): number {
+    if (this.#pendingFileError !== undefined) throw this.#pendingFileError;
+    const at = queueOffset * CQ_UNIT_SIZE_BYTES - this.#inMemoryFrom;
+    if (at !== this.#inMemoryBytes) return 0;
+    const n = Math.min(count, Math.floor((this.#inMemoryCapBytes - at) / CQ_UNIT_SIZE_BYTES));
+    if (n <= 0) return 0;
+    if (this.#unitsToTurn <= 0) return 0;
+    const end = this.#checkUniformRun(n, queueOffset, firstOffset, size, tagsCode);
+    this.#unitsToTurn -= n;
+    const need = at + n * CQ_UNIT_SIZE_BYTES;
+    const buffer = this.#inMemoryWithRoom(need);
+    writeUniformUnits(buffer, at, n, firstOffset, size, tagsCode);
+    this.#inMemoryBytes = need;
+    this.#maxPhysicOffset = end;
+    return n;
+  }
+
+  /**
+   * Checks the `n` units of a uniform run as putUnit would check each
+   * (see {@link putUniformRunNow}).
+   *
+   * @returns The end of the last one's message.
+   * @throws {RangeError} For a unit putUnit refuses.
+   */
+  #checkUniformRun(
+    n: number,
+    queueOffset: number,
+    firstOffset: number,
+    size: number,
+    tagsCode: number,
+  ): number {
+    // The first and the last unit stand for all: their offsets grow by `size`.
+    const end = firstOffset + n * size;
+    checkUnit(firstOffset, size, tagsCode, queueOffset);
+    checkUnit(end - size, size, tagsCode, queueOffset + n - 1);
+    if (firstOffset < this.#maxPhysicOffset) {
+      throw new RangeError(
+        `Commit-log offset ${firstOffset} of queue offset ${queueOffset} is before ${this.#maxPhysicOffset}, the end of the unit before it`,
+      );
+    }
+    return end;
+  }
+
+  /** The run putUniformRunNow writes, and the append outcome it reports. */
+  readonly #uniformRun = {
+    wroteBytes: 0,
+    storeTimestampMs: 0,
+    firstOffset: 0,
+    size: 0,
+    tagsCode: 0,
+  };
+
+  /** Writes the units {@link ConsumeQueue.#uniformRun} describes at the append target. */
+  readonly #writeUniformRun = (target: AppendTarget): AppendOutcome => {
+    const run = this.#uniformRun;
+    writeUniformUnits(
+      target.bytes,
+      target.index,
+      run.wroteBytes / CQ_UNIT_SIZE_BYTES,
+      run.firstOffset,
+      run.size,
+      run.tagsCode,
+    );
+    return run;
+  };
+
+  // End of uniform runs.
+  // ---------------------------------------------------------------------
+
   /** Asks the allocator to create the file after `file` in the background. */
   #prepareAfter(file: MappedFile): void {
     this.#prepareAfterOffset(file.fileFromOffset);
@@ -1189,6 +1325,38 @@ function writeUnitBytes(
   putInt64(bytes, at, offset);
   putInt32(bytes, at + CQ_UNIT_SIZE_POSITION, size);
   putInt64(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
+}
+
+/** 2^32: an int64 unit field's high word (uniform runs). */
+const UNIFORM_TWO_POW_32 = 0x1_0000_0000;
+
+/**
+ * Writes the `count` units of a uniform run at `bytes[at]` on (see
+ * ConsumeQueue.putUniformRunNow): unit `i` is `firstOffset + i * size`,
+ * `size`, `tagsCode`, as {@link writeUnitBytes} writes each.
+ */
+function writeUniformUnits(
+  bytes: Uint8Array,
+  at: number,
+  count: number,
+  firstOffset: number,
+  size: number,
+  tagsCode: number,
+): void {
+  // One view a run: big-endian words, no byte shifts per field.
+  const view = new DataView(bytes.buffer, bytes.byteOffset + at, count * CQ_UNIT_SIZE_BYTES);
+  const tagsHigh = Math.floor(tagsCode / UNIFORM_TWO_POW_32);
+  const tagsLow = tagsCode - tagsHigh * UNIFORM_TWO_POW_32;
+  let offset = firstOffset;
+  for (let i = 0, p = 0; i < count; i++, p += CQ_UNIT_SIZE_BYTES) {
+    const high = Math.floor(offset / UNIFORM_TWO_POW_32);
+    view.setInt32(p, high);
+    view.setUint32(p + 4, offset - high * UNIFORM_TWO_POW_32);
+    view.setInt32(p + CQ_UNIT_SIZE_POSITION, size);
+    view.setInt32(p + CQ_UNIT_TAGS_CODE_POSITION, tagsHigh);
+    view.setUint32(p + CQ_UNIT_TAGS_CODE_POSITION + 4, tagsLow);
+    offset += size;
+  }
 }
 
 /** Writes `count` units at `bytes[at]` on, each as {@link writeUnitBytes} writes it. */

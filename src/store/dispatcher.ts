@@ -578,6 +578,24 @@ export class Dispatcher {
             // Records of one queue in a row (a batch's): their units in one
             // append. The next hint says whether there is a run at all.
             const left = maxRecords - this.#walkedRecords;
+            if (left > 1 && hints.runCounts[slot]! > 1) {
+              const run = this.#dispatchUniformRun(
+                hints,
+                slot,
+                bytes,
+                at,
+                recordOffset,
+                length,
+                left,
+              );
+              if (run > 0) {
+                at += run * size;
+                this.#dispatched = rangeOffset + at;
+                // The loop counts the last one.
+                this.#walkedRecords += run - 1;
+                continue;
+              }
+            }
             if (
               left > 1 && hints.length > 1 &&
               hints.counters[hints.slotAt(1)] === hints.counters[slot] &&
@@ -814,6 +832,59 @@ export class Dispatcher {
     hints.consumeRun(done);
     this.#hintedCount += done;
     return done;
+  }
+
+  /**
+   * Dispatches the uniform run marked at hint `slot` (see
+   * `DispatchHints.runCounts`; the oldest hint, for the record at
+   * `bytes[at]`, checked): its records have one size and no keys, so their
+   * units are computed from the slot alone (`putUniformRunNow`), each
+   * record's header checked as {@link Dispatcher.#walk} checks it; at most
+   * `maxCount`.
+   *
+   * @returns Records dispatched (their hints consumed); 0 when it did
+   *   nothing: the caller dispatches them another way.
+   */
+  #dispatchUniformRun(
+    hints: DispatchHints,
+    slot: number,
+    bytes: Uint8Array,
+    at: number,
+    offset: number,
+    length: number,
+    maxCount: number,
+  ): number {
+    if (!hasConsumeQueueEntry(hints.transactionTypes[slot]!)) return 0;
+    const cq = hints.counters[slot]?.dispatchCache as ConsumeQueue | undefined;
+    if (cq === undefined) return 0;
+    const size = hints.sizes[slot]!;
+    const limit = Math.min(hints.runCounts[slot]!, maxCount, Math.floor((length - at) / size));
+    if (limit < 2) return 0;
+    // One view a run: a big-endian word a load, where readInt32 takes four.
+    const view = new DataView(bytes.buffer, bytes.byteOffset + at, limit * size);
+    let count = 0;
+    // Bounded by limit: the hints are a cache, each record's header says.
+    for (let position = 0; count < limit; count++, position += size) {
+      if (
+        view.getInt32(position) !== size ||
+        view.getInt32(position + MAGIC_POSITION) !== MESSAGE_MAGIC_CODE
+      ) {
+        break;
+      }
+    }
+    if (count < 2) return 0;
+    const put = cq.putUniformRunNow(
+      count,
+      hints.queueOffsets[slot]!,
+      offset,
+      size,
+      hints.tagsCodes[slot]!,
+    );
+    if (put === 0) return 0;
+    this.#lastTimestamp = hints.storeTimestamps[slot]!;
+    hints.consumeRun(put);
+    this.#hintedCount += put;
+    return put;
   }
 
   /**
