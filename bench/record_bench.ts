@@ -2,7 +2,10 @@
  * Record-format benchmarks:
  * - CRC-32 implementations (node:zlib, JS slicing-by-8, hash-wasm, and the
  *   one `crc32()` picked for this runtime) at 128 B, 1 KiB and 64 KiB, plus
- *   the small sizes that set the per-runtime threshold;
+ *   the small sizes that set the per-runtime threshold, and the body CRCs of
+ *   a batch of 1000 (group "crc32 batch": per body with `node:zlib`,
+ *   `writeBodyCrcs` in JavaScript, the native writer where one loads, and
+ *   per-body FFI calls to the system zlib and to libdeflate on Deno and Bun);
  * - encode (validation + CRC + patch) into a reused buffer, of one message
  *   object again and again and of a new properties object per message;
  * - check (structure + CRC, no strings) and full decode of records laid out
@@ -19,7 +22,15 @@
 
 import { createCRC32 } from "hash-wasm";
 import { decodeMessageView, RecordChecker } from "../src/record/decoder.ts";
-import { crc32, crc32Table, crc32Zlib } from "../src/record/crc32.ts";
+import {
+  BODY_CRC_MASK,
+  type BodyCrcWriter,
+  crc32,
+  crc32Table,
+  crc32Zlib,
+  wholeBodyCrc,
+  writeBodyCrcs,
+} from "../src/record/crc32.ts";
 import { MessageEncoder, patchRecord } from "../src/record/encoder.ts";
 import type { MessageInput } from "../src/record/message.ts";
 import { bench, runStandalone } from "./_harness.ts";
@@ -100,6 +111,115 @@ for (const size of CRC_THRESHOLD_SIZES) {
     bytesPerIteration: size,
     fn: () => crc32Zlib(buffer, 8, 8 + size),
   });
+}
+
+// The body CRCs of a batch: 1000 bodies, each after its 4-byte CRC field.
+
+const BATCH_BODIES = 1000;
+
+/** Per-body FFI calls `crc32(0, bytes, length)` of a library, where it loads. */
+type PerCallCrc = (bytes: Uint8Array) => number;
+
+async function ffiCrc(library: string, symbol: string): Promise<PerCallCrc | undefined> {
+  const host = globalThis as {
+    Deno?: {
+      dlopen(
+        path: string,
+        symbols: Record<string, { parameters: string[]; result: string }>,
+      ): { symbols: Record<string, (crc: number, bytes: Uint8Array, length: number) => number> };
+    };
+    Bun?: unknown;
+  };
+  try {
+    if (host.Deno !== undefined) {
+      // u32 lengths keep the call on V8's fast path (a usize parameter
+      // took it off: 300-480 ns a call); the value is zero-extended.
+      const f = host.Deno.dlopen(library, {
+        [symbol]: { parameters: ["u32", "buffer", "u32"], result: "u32" },
+      }).symbols[symbol]!;
+      return (bytes) => f(0, bytes, bytes.length);
+    }
+    if (host.Bun !== undefined) {
+      const specifier = "bun:ffi";
+      const ffi = await import(specifier) as {
+        dlopen(
+          path: string,
+          symbols: Record<string, { args: string[]; returns: string }>,
+        ): { symbols: Record<string, (crc: number, bytes: Uint8Array, length: number) => number> };
+      };
+      const f = ffi.dlopen(library, { [symbol]: { args: ["u32", "ptr", "usize"], returns: "u32" } })
+        .symbols[symbol]!;
+      return (bytes) => f(0, bytes, bytes.length);
+    }
+  } catch {
+    // Not on this host: no row.
+  }
+  return undefined;
+}
+
+async function nativeWriter(): Promise<BodyCrcWriter | undefined> {
+  if ((globalThis as { Bun?: unknown }).Bun === undefined) return undefined;
+  try {
+    return await (await import("../src/runtime/_bun_crc32.ts")).loadBunBodyCrcWriter();
+  } catch {
+    return undefined;
+  }
+}
+
+const perCall: [string, PerCallCrc | undefined][] = [
+  ["system zlib (libz.so.1) per body, FFI", await ffiCrc("libz.so.1", "crc32")],
+  ["libdeflate per body, FFI", await ffiCrc("libdeflate.so.0", "libdeflate_crc32")],
+];
+const writer = await nativeWriter();
+
+for (const [label, size] of [["128 B", 128], ["1 KiB", 1024]] as const) {
+  const bodies = Array.from({ length: BATCH_BODIES }, (_, i) => filled(size, i + 1));
+  const stride = 4 + size;
+  const bytes = new Uint8Array(BATCH_BODIES * stride);
+  const ranges = new Int32Array(3 * BATCH_BODIES);
+  for (let i = 0; i < BATCH_BODIES; i++) {
+    bytes.set(bodies[i]!, i * stride + 4);
+    ranges.set([i * stride + 4, size, i * stride], 3 * i);
+  }
+  const view = new DataView(bytes.buffer);
+  const group = `crc32 batch 1000 × ${label}`;
+  const bytesPerIteration = BATCH_BODIES * size;
+  bench({
+    group,
+    name: `wholeBodyCrc() per body (the encoder today) 1000 × ${label}`,
+    bytesPerIteration,
+    baseline: true,
+    fn: () => {
+      for (let i = 0; i < BATCH_BODIES; i++) view.setInt32(i * stride, wholeBodyCrc(bodies[i]!));
+    },
+  });
+  bench({
+    group,
+    name: `writeBodyCrcs() JavaScript 1000 × ${label}`,
+    bytesPerIteration,
+    fn: () => writeBodyCrcs(bytes, ranges, BATCH_BODIES),
+  });
+  if (writer !== undefined) {
+    bench({
+      group,
+      name: `${writer.name} 1000 × ${label}`,
+      bytesPerIteration,
+      fn: () => writer.write(bytes, ranges, BATCH_BODIES),
+    });
+  }
+  for (const [name, f] of perCall) {
+    if (f === undefined) continue;
+    bench({
+      group,
+      name: `${name} 1000 × ${label}`,
+      bytesPerIteration,
+      fn: () => {
+        for (let i = 0; i < BATCH_BODIES; i++) {
+          view.setInt32(i * stride, f(bodies[i]!) & BODY_CRC_MASK);
+        }
+      },
+    });
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@
 
 import process from "node:process";
 import { MqStoreError } from "../errors.ts";
+import { installBodyCrcWriter } from "../record/crc32.ts";
 import { FsPort } from "./_fs_port.ts";
 import type { NativeLibc } from "./_native.ts";
 import { runtimeName } from "./info.ts";
@@ -92,6 +93,23 @@ async function loadNative(runtime: RuntimeName): Promise<NativeLibc> {
   }
 }
 
+/** The native body-CRC writer's load, started by the first createPort(). */
+let bodyCrcWriterLoad: Promise<void> | undefined;
+
+/**
+ * Installs the native body-CRC writer where one loads (Bun with
+ * libdeflate; see `_bun_crc32.ts`), once per process. A failure is silent
+ * by design: the JavaScript CRC is byte-for-byte the same, and
+ * `crc32Implementation()` tells which one is in use.
+ */
+function loadBodyCrcWriter(runtime: RuntimeName): Promise<void> {
+  if (runtime !== "bun") return Promise.resolve();
+  bodyCrcWriterLoad ??= import("./_bun_crc32.ts")
+    .then((module) => module.loadBunBodyCrcWriter())
+    .then(installBodyCrcWriter, () => undefined);
+  return bodyCrcWriterLoad;
+}
+
 /**
  * The adapters that can run on this host (for tests and benches).
  *
@@ -131,6 +149,7 @@ export async function createPort(
   const runtime = runtimeName();
   const wanted = options.adapter ?? "auto";
   const notice = options.onNotice ?? ((message) => console.warn(message));
+  await loadBodyCrcWriter(runtime);
   if (wanted === "memory") return new MemoryPort(runtime);
   if (wanted === "portable") return new FsPort(runtime, undefined);
   const native = NATIVE_ADAPTER[runtime];

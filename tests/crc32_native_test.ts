@@ -1,0 +1,129 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import { createPort, runtimeName } from "../src/runtime/mod.ts";
+import {
+  BODY_CRC_MASK,
+  crc32Implementation,
+  crc32Table,
+  installBodyCrcWriter,
+  nativeBodyCrcs,
+  writeBodyCrcs,
+} from "../src/record/crc32.ts";
+
+/** A small deterministic generator (xorshift32), so a failure can be replayed. */
+function generator(seed: number): () => number {
+  let state = seed | 0 || 1;
+  return () => {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    return state >>> 0;
+  };
+}
+
+/** Builds `count` random non-overlapping triples in a random buffer. */
+function randomBatch(seed: number, count: number, bodyBytesMax: number) {
+  const next = generator(seed);
+  const lengths = Array.from({ length: count }, () => next() % (bodyBytesMax + 1));
+  // Each record: some gap, the CRC field, some gap, the body.
+  const gaps = Array.from({ length: count }, () => [next() % 9, next() % 9]);
+  let size = 0;
+  for (let i = 0; i < count; i++) size += gaps[i]![0]! + 4 + gaps[i]![1]! + lengths[i]!;
+  const padding = next() % 17;
+  const backing = new Uint8Array(size + 2 * padding);
+  for (let i = 0; i < backing.length; i++) backing[i] = next();
+  // A view with a non-zero byteOffset, as a segment slice would be.
+  const bytes = backing.subarray(padding, padding + size);
+  const ranges = new Int32Array(3 * count);
+  let position = 0;
+  for (let i = 0; i < count; i++) {
+    position += gaps[i]![0]!;
+    ranges[3 * i + 2] = position;
+    position += 4 + gaps[i]![1]!;
+    ranges[3 * i] = position;
+    ranges[3 * i + 1] = lengths[i]!;
+    position += lengths[i]!;
+  }
+  return { bytes, ranges };
+}
+
+function expectedCrcs(bytes: Uint8Array, ranges: Int32Array, count: number): number[] {
+  const crcs: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const body = ranges[3 * i]!;
+    crcs.push(crc32Table(bytes, body, body + ranges[3 * i + 1]!) & BODY_CRC_MASK);
+  }
+  return crcs;
+}
+
+function writtenCrcs(bytes: Uint8Array, ranges: Int32Array, count: number): number[] {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return Array.from({ length: count }, (_, i) => view.getInt32(ranges[3 * i + 2]!));
+}
+
+function checkRandomBatches(label: string): void {
+  for (let seed = 1; seed <= 40; seed++) {
+    const count = 1 + seed * 7 % 64;
+    const { bytes, ranges } = randomBatch(seed * 0x9E3779B1, count, 0x1000);
+    const expected = expectedCrcs(bytes, ranges, count);
+    writeBodyCrcs(bytes, ranges, count);
+    assert.deepEqual(writtenCrcs(bytes, ranges, count), expected, `${label}, seed ${seed}`);
+  }
+}
+
+/** Whether the Debian libdeflate the Bun writer needs is on this machine. */
+function libdeflatePresent(): boolean {
+  return ["/usr/lib/x86_64-linux-gnu/libdeflate.so.0", "/usr/lib/aarch64-linux-gnu/libdeflate.so.0"]
+    .some((path) => fs.existsSync(path));
+}
+
+describe("crc32 native body CRCs", () => {
+  test("writeBodyCrcs() matches crc32Table on the JavaScript path", async () => {
+    await createPort({ adapter: "memory" });
+    const installed = nativeBodyCrcs();
+    installBodyCrcWriter(undefined);
+    try {
+      assert.equal(nativeBodyCrcs(), false);
+      assert.match(crc32Implementation(), /node:zlib/);
+      checkRandomBatches("JavaScript path");
+    } finally {
+      if (installed) {
+        const { loadBunBodyCrcWriter } = await import("../src/runtime/_bun_crc32.ts");
+        installBodyCrcWriter(await loadBunBodyCrcWriter());
+      }
+    }
+  });
+
+  test("createPort() installs a writer whose CRCs match crc32Table", async () => {
+    await createPort({ adapter: "memory" });
+    const expectNative = runtimeName() === "bun" && libdeflatePresent();
+    assert.equal(nativeBodyCrcs(), expectNative, crc32Implementation());
+    if (expectNative) assert.match(crc32Implementation(), /libdeflate/);
+    else assert.match(crc32Implementation(), /node:zlib/);
+    checkRandomBatches(crc32Implementation());
+  });
+
+  test("writeBodyCrcs() refuses a triple outside the buffer and writes the ones before it", async () => {
+    await createPort({ adapter: "memory" });
+    const bytes = new Uint8Array(0x100);
+    bytes.fill(0x5A, 0x40, 0x80);
+    const cases: Array<[string, number, number, number]> = [
+      ["body past the end", 0xF0, 0x20, 0x10],
+      ["negative body", -1, 4, 0x10],
+      ["negative length", 0x40, -4, 0x10],
+      ["CRC field past the end", 0x40, 0x10, 0xFD],
+      ["negative CRC position", 0x40, 0x10, -4],
+    ];
+    for (const [label, body, length, at] of cases) {
+      bytes.fill(0, 0, 0x10);
+      const ranges = Int32Array.of(0x40, 0x40, 0x00, body, length, at, 0x40, 0x40, 0x08);
+      assert.throws(() => writeBodyCrcs(bytes, ranges, 3), RangeError, label);
+      assert.deepEqual(writtenCrcs(bytes, ranges, 1), expectedCrcs(bytes, ranges, 1), label);
+      assert.equal(new DataView(bytes.buffer).getInt32(0x08), 0, `${label}: nothing after it`);
+    }
+    assert.throws(() => writeBodyCrcs(bytes, new Int32Array(3), 2), RangeError);
+    assert.throws(() => writeBodyCrcs(new Uint8Array(0), Int32Array.of(0, 0, 0), 1), RangeError);
+    writeBodyCrcs(new Uint8Array(0), new Int32Array(0), 0);
+  });
+});
