@@ -36,6 +36,7 @@ import {
   MESSAGE_MAGIC_CODE,
   type MessageEncoder,
   type MessageInput,
+  nativeBodyCrcs,
   PHYSICAL_OFFSET_POSITION,
   PROPERTIES_LENGTH_MAX_BYTES,
   PROPERTY_DELAY,
@@ -52,6 +53,7 @@ import {
   SYS_FLAG_TRANSACTION_MASK,
   TOTAL_SIZE_POSITION,
   wholeBodyCrc,
+  writeBodyCrcs,
 } from "../record/mod.ts";
 import { createLayout, isInt32 } from "../record/validate.ts";
 import { assert } from "../assert.ts";
@@ -151,6 +153,11 @@ export class BatchEncoder {
   #queueOffset = 0;
   /** See {@link uniformSize}. */
   #uniformSize = -1;
+  /**
+   * The members' body CRCs left to one native call after the loop (see
+   * `writeBodyCrcs`), as (body position, body length, CRC position).
+   */
+  #crcRanges = new Int32Array(3 * 0x400);
 
   /**
    * @param encoder The commit log's encoder (its limits apply).
@@ -324,6 +331,14 @@ export class BatchEncoder {
       const h0 = header[0]!, h1 = header[1]!, h2 = header[2]!, h3 = header[3]!;
       const h4 = header[4]!, h5 = header[5]!, h6 = header[6]!, h7 = header[7]!;
       const h8 = header[8]!, h9 = header[9]!;
+      // A native writer (Bun with libdeflate) does a batch's CRCs in one
+      // call: 23–27 ns a 128 B body against 65–75 ns for a call each.
+      let crcRanges: Int32Array | undefined;
+      if (nativeBodyCrcs()) {
+        crcRanges = this.#crcRanges;
+        if (crcRanges.length < 3 * count) this.#crcRanges = crcRanges = new Int32Array(3 * count);
+      }
+      let crcCount = 0;
       for (let i = 1; i < count; i++) {
         const message = messages[i]!;
         const body = message.body;
@@ -388,7 +403,14 @@ export class BatchEncoder {
         const bodyBytes = body.length;
         d.setInt32(p + TOTAL_SIZE_POSITION, size);
         d.setInt32(p + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
-        d.setInt32(p + BODY_CRC_POSITION, wholeBodyCrc(body));
+        if (crcRanges === undefined) {
+          d.setInt32(p + BODY_CRC_POSITION, wholeBodyCrc(body));
+        } else {
+          const r = 3 * crcCount++;
+          crcRanges[r] = p + afterHeader + 12;
+          crcRanges[r + 1] = bodyBytes;
+          crcRanges[r + 2] = p + BODY_CRC_POSITION;
+        }
         d.setInt32(p + QUEUE_ID_POSITION, queueId);
         d.setInt32(p + FLAG_POSITION, flag ?? 0);
         // queueOffset and physicalOffset: 0 until patch() when not placing.
@@ -448,6 +470,7 @@ export class BatchEncoder {
         position += size;
       }
       hints?.stageBare(topic, queueId, bareToStage);
+      if (crcCount > 0) writeBodyCrcs(bytes, crcRanges!, crcCount);
       this.#wait = waiting;
       encoded = true;
       d.setInt32(start + MAGIC_POSITION, MESSAGE_MAGIC_CODE);

@@ -26,7 +26,16 @@
 
 export * from "./constants.ts";
 export { DataViewCache, readInt32, setInt64, writeInt32, writeInt64 } from "./_bytes.ts";
-export { bodyCrc, crc32, crc32Table, crc32Zlib, wholeBodyCrc } from "./crc32.ts";
+export {
+  bodyCrc,
+  crc32,
+  crc32Implementation,
+  crc32Table,
+  crc32Zlib,
+  nativeBodyCrcs,
+  wholeBodyCrc,
+  writeBodyCrcs,
+} from "./crc32.ts";
 export {
   checkRecord,
   decodeMessageView,
