@@ -678,28 +678,72 @@ export class ConsumeQueue {
     sizes: Int32Array,
     tagsCodes: Float64Array,
   ): number {
-    if (count <= 0 || this.#putting) return 0;
-    if (offsets[0]! + sizes[0]! <= this.#maxPhysicOffset) return 0;
+    if (count <= 0) return 0;
+    const run = this.#run;
+    run.uniform = false;
+    run.offsets = offsets;
+    run.sizes = sizes;
+    run.tagsCodes = tagsCodes;
+    return this.#putRunNow(count, queueOffset, offsets[0]! + sizes[0]!);
+  }
+
+  /**
+   * {@link putUnitsNow} for a uniform run: `count` records of one `size`
+   * from commit-log offset `firstOffset` on, one `tagsCode`, consecutive
+   * queue offsets from `queueOffset` (a batch of members without
+   * properties). Nothing per record to read: the units are computed.
+   *
+   * @param count Units (records of the run).
+   * @param queueOffset The first unit's queue offset.
+   * @param firstOffset The first record's commit-log offset.
+   * @param size Every record's size.
+   * @param tagsCode Every unit's tagsCode.
+   * @returns Units written, from the first; 0, writing nothing, when the
+   *   first is not putUnitNow's usual case (a repeat, a gap, a new file,
+   *   no mapping, units in memory): the caller puts them another way.
+   * @throws {RangeError} For a unit putUnit refuses (nothing written).
+   */
+  putUniformRunNow(
+    count: number,
+    queueOffset: number,
+    firstOffset: number,
+    size: number,
+    tagsCode: number,
+  ): number {
+    if (count <= 0) return 0;
+    const run = this.#run;
+    run.uniform = true;
+    run.firstOffset = firstOffset;
+    run.size = size;
+    run.tagsCode = tagsCode;
+    return this.#putRunNow(count, queueOffset, firstOffset + size);
+  }
+
+  /**
+   * The run {@link ConsumeQueue.#run} describes (either shape), its first
+   * message ending at `firstEnd`: into the last file through its mapping,
+   * or into the in-memory buffer.
+   */
+  #putRunNow(count: number, queueOffset: number, firstEnd: number): number {
+    if (this.#putting || firstEnd <= this.#maxPhysicOffset) return 0;
     if (this.#inMemory !== undefined || this.#tryRollInMemory(queueOffset)) {
-      return this.#putRunInMemory(count, queueOffset, offsets, sizes, tagsCodes);
+      return this.#putRunInMemory(count, queueOffset);
     }
     const file = this.#queue.lastFile;
     if (file === undefined || file.isFull || file.writeMode !== "mapping") return 0;
     if (queueOffset * CQ_UNIT_SIZE_BYTES !== file.fileFromOffset + file.wrotePosition) return 0;
     const room = Math.floor((this.fileSizeBytes - file.wrotePosition) / CQ_UNIT_SIZE_BYTES);
     const n = Math.min(count, room);
+    if (n <= 0) return 0;
+    const end = this.#checkRunOf(n, queueOffset);
     if (this.#creations > 0 && file.wrotePosition >= this.#turnAtPosition) {
       // Declined: putUnitNow takes them one by one and declines in turn.
       if (this.#unitsToTurn <= 0) return 0;
       this.#unitsToTurn -= n;
     }
-    const end = this.#checkRun(n, queueOffset, offsets, sizes, tagsCodes);
     const run = this.#run;
     run.wroteBytes = n * CQ_UNIT_SIZE_BYTES;
     run.storeTimestampMs = file.storeTimestampMs;
-    run.offsets = offsets;
-    run.sizes = sizes;
-    run.tagsCodes = tagsCodes;
     file.append(this.#writeRun);
     this.#maxPhysicOffset = end;
     if (
@@ -710,25 +754,17 @@ export class ConsumeQueue {
     return n;
   }
 
-  /** {@link putUnitsNow} into the in-memory buffer (a file in creation). */
-  #putRunInMemory(
-    count: number,
-    queueOffset: number,
-    offsets: Float64Array,
-    sizes: Int32Array,
-    tagsCodes: Float64Array,
-  ): number {
+  /** {@link #putRunNow} into the in-memory buffer (a file in creation). */
+  #putRunInMemory(count: number, queueOffset: number): number {
     if (this.#pendingFileError !== undefined) throw this.#pendingFileError;
     const at = queueOffset * CQ_UNIT_SIZE_BYTES - this.#inMemoryFrom;
     if (at !== this.#inMemoryBytes) return 0;
     const n = Math.min(count, Math.floor((this.#inMemoryCapBytes - at) / CQ_UNIT_SIZE_BYTES));
-    if (n <= 0) return 0;
-    if (this.#unitsToTurn <= 0) return 0;
+    if (n <= 0 || this.#unitsToTurn <= 0) return 0;
+    const end = this.#checkRunOf(n, queueOffset);
     this.#unitsToTurn -= n;
-    const end = this.#checkRun(n, queueOffset, offsets, sizes, tagsCodes);
     const need = at + n * CQ_UNIT_SIZE_BYTES;
-    const buffer = this.#inMemoryWithRoom(need);
-    writeUnits(buffer, at, n, offsets, sizes, tagsCodes);
+    this.#writeRunAt(this.#inMemoryWithRoom(need), at, n);
     this.#inMemoryBytes = need;
     this.#maxPhysicOffset = end;
     return n;
@@ -792,118 +828,53 @@ export class ConsumeQueue {
     return end;
   }
 
-  /** The units putUnitsNow writes, and the append outcome it reports. */
+  /**
+   * The units putUnitsNow (arrays) or putUniformRunNow (one size and
+   * tagsCode, offsets computed) writes, and the append outcome it reports.
+   */
   readonly #run: {
     wroteBytes: number;
     storeTimestampMs: number;
+    uniform: boolean;
     offsets: Float64Array;
     sizes: Int32Array;
     tagsCodes: Float64Array;
+    firstOffset: number;
+    size: number;
+    tagsCode: number;
   } = {
     wroteBytes: 0,
     storeTimestampMs: 0,
+    uniform: false,
     offsets: new Float64Array(0),
     sizes: new Int32Array(0),
     tagsCodes: new Float64Array(0),
+    firstOffset: 0,
+    size: 0,
+    tagsCode: 0,
   };
+
+  /** {@link #checkRun} or {@link #checkUniformRun} of the first `n` units of {@link ConsumeQueue.#run}. */
+  #checkRunOf(n: number, queueOffset: number): number {
+    const run = this.#run;
+    return run.uniform
+      ? this.#checkUniformRun(n, queueOffset, run.firstOffset, run.size, run.tagsCode)
+      : this.#checkRun(n, queueOffset, run.offsets, run.sizes, run.tagsCodes);
+  }
+
+  /** Writes the first `n` units of {@link ConsumeQueue.#run} at `bytes[at]` on. */
+  #writeRunAt(bytes: Uint8Array, at: number, n: number): void {
+    const run = this.#run;
+    if (run.uniform) writeUniformUnits(bytes, at, n, run.firstOffset, run.size, run.tagsCode);
+    else writeUnits(bytes, at, n, run.offsets, run.sizes, run.tagsCodes);
+  }
 
   /** Writes the units {@link ConsumeQueue.#run} holds at the append target (a mapping). */
   readonly #writeRun = (target: AppendTarget): AppendOutcome => {
     const run = this.#run;
-    writeUnits(
-      target.bytes,
-      target.index,
-      run.wroteBytes / CQ_UNIT_SIZE_BYTES,
-      run.offsets,
-      run.sizes,
-      run.tagsCodes,
-    );
+    this.#writeRunAt(target.bytes, target.index, run.wroteBytes / CQ_UNIT_SIZE_BYTES);
     return run;
   };
-
-  // ---------------------------------------------------------------------
-  // Uniform runs (helper B, session 8): self-contained, uses no field or
-  // function above but the ones putUnitsNow uses.
-
-  /**
-   * {@link putUnitsNow} for a uniform run: `count` records of one `size`
-   * from commit-log offset `firstOffset` on, one `tagsCode`, consecutive
-   * queue offsets from `queueOffset` (a batch of members without
-   * properties). Nothing per record to read: the units are computed.
-   *
-   * @param count Units (records of the run).
-   * @param queueOffset The first unit's queue offset.
-   * @param firstOffset The first record's commit-log offset.
-   * @param size Every record's size.
-   * @param tagsCode Every unit's tagsCode.
-   * @returns Units written, from the first; 0, writing nothing, when the
-   *   first is not putUnitNow's usual case (a repeat, a gap, a new file,
-   *   no mapping, units in memory): the caller puts them another way.
-   * @throws {RangeError} For a unit putUnit refuses (nothing written).
-   */
-  putUniformRunNow(
-    count: number,
-    queueOffset: number,
-    firstOffset: number,
-    size: number,
-    tagsCode: number,
-  ): number {
-    if (count <= 0 || this.#putting) return 0;
-    if (firstOffset + size <= this.#maxPhysicOffset) return 0;
-    if (this.#inMemory !== undefined || this.#tryRollInMemory(queueOffset)) {
-      return this.#putUniformRunInMemory(count, queueOffset, firstOffset, size, tagsCode);
-    }
-    const file = this.#queue.lastFile;
-    if (file === undefined || file.isFull || file.writeMode !== "mapping") return 0;
-    if (queueOffset * CQ_UNIT_SIZE_BYTES !== file.fileFromOffset + file.wrotePosition) return 0;
-    const room = Math.floor((this.fileSizeBytes - file.wrotePosition) / CQ_UNIT_SIZE_BYTES);
-    const n = Math.min(count, room);
-    if (n <= 0) return 0;
-    const end = this.#checkUniformRun(n, queueOffset, firstOffset, size, tagsCode);
-    if (this.#creations > 0 && file.wrotePosition >= this.#turnAtPosition) {
-      // Declined: putUnitNow takes them one by one and declines in turn.
-      if (this.#unitsToTurn <= 0) return 0;
-      this.#unitsToTurn -= n;
-    }
-    const run = this.#uniformRun;
-    run.wroteBytes = n * CQ_UNIT_SIZE_BYTES;
-    run.storeTimestampMs = file.storeTimestampMs;
-    run.firstOffset = firstOffset;
-    run.size = size;
-    run.tagsCode = tagsCode;
-    file.append(this.#writeUniformRun);
-    this.#maxPhysicOffset = end;
-    if (
-      file.wrotePosition >= this.#prepareAtPosition && this.#preparedAfter !== file.fileFromOffset
-    ) {
-      this.#prepareAfter(file);
-    }
-    return n;
-  }
-
-  /** {@link putUniformRunNow} into the in-memory buffer (a file in creation). */
-  #putUniformRunInMemory(
-    count: number,
-    queueOffset: number,
-    firstOffset: number,
-    size: number,
-    tagsCode: number,
-  ): number {
-    if (this.#pendingFileError !== undefined) throw this.#pendingFileError;
-    const at = queueOffset * CQ_UNIT_SIZE_BYTES - this.#inMemoryFrom;
-    if (at !== this.#inMemoryBytes) return 0;
-    const n = Math.min(count, Math.floor((this.#inMemoryCapBytes - at) / CQ_UNIT_SIZE_BYTES));
-    if (n <= 0) return 0;
-    if (this.#unitsToTurn <= 0) return 0;
-    const end = this.#checkUniformRun(n, queueOffset, firstOffset, size, tagsCode);
-    this.#unitsToTurn -= n;
-    const need = at + n * CQ_UNIT_SIZE_BYTES;
-    const buffer = this.#inMemoryWithRoom(need);
-    writeUniformUnits(buffer, at, n, firstOffset, size, tagsCode);
-    this.#inMemoryBytes = need;
-    this.#maxPhysicOffset = end;
-    return n;
-  }
 
   /**
    * Checks the `n` units of a uniform run as putUnit would check each
@@ -930,32 +901,6 @@ export class ConsumeQueue {
     }
     return end;
   }
-
-  /** The run putUniformRunNow writes, and the append outcome it reports. */
-  readonly #uniformRun = {
-    wroteBytes: 0,
-    storeTimestampMs: 0,
-    firstOffset: 0,
-    size: 0,
-    tagsCode: 0,
-  };
-
-  /** Writes the units {@link ConsumeQueue.#uniformRun} describes at the append target. */
-  readonly #writeUniformRun = (target: AppendTarget): AppendOutcome => {
-    const run = this.#uniformRun;
-    writeUniformUnits(
-      target.bytes,
-      target.index,
-      run.wroteBytes / CQ_UNIT_SIZE_BYTES,
-      run.firstOffset,
-      run.size,
-      run.tagsCode,
-    );
-    return run;
-  };
-
-  // End of uniform runs.
-  // ---------------------------------------------------------------------
 
   /** Asks the allocator to create the file after `file` in the background. */
   #prepareAfter(file: MappedFile): void {
