@@ -400,9 +400,11 @@ async function sustainedScenario(
       flushes === 0 ? 0 : ((stats1.flushTimeMsTotal - stats0.flushTimeMsTotal) / flushes).toFixed(0)
     } ms, max ${stats1.flushTimeMsMax.toFixed(0)} ms; flushed-offset steps p50 ${
       (percentile(stepSorted, 0.5) / MIB).toFixed(1)
-    } MiB, p99 ${(percentile(stepSorted, 0.99) / MIB).toFixed(1)} MiB; first flush seen ${
-      firstFlushMs.toFixed(0)
-    } ms after open`;
+    } MiB, p99 ${(percentile(stepSorted, 0.99) / MIB).toFixed(1)} MiB; ${
+      // A fast producer reaches the steady part before the first flush.
+      Number.isNaN(firstFlushMs)
+        ? "no flush before the steady part"
+        : `first flush seen ${firstFlushMs.toFixed(0)} ms after open`}`;
     if (json) console.error(line);
     else console.log(line);
     return {
