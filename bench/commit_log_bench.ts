@@ -18,7 +18,9 @@
  *   same through the transient store pool and `sustained async batch64`
  *   with `putMessages` batches of 64 (`--filter "^sustained async 1"`
  *   selects the mapping row alone).
- * Every message has TAGS and KEYS and goes to one of 4 queues.
+ * Every message has TAGS and KEYS and goes to one of 4 queues, but in the
+ * `bare` rows (batches of 1,000 messages without properties, the lean case
+ * of `putMessages`, as `bench/compare`'s `mqstore-batch` puts them).
  *
  * Run: `deno run -A bench/commit_log_bench.ts`, `bun bench/commit_log_bench.ts`,
  * `node --import tsx bench/commit_log_bench.ts`. Flags: `--json`,
@@ -161,6 +163,13 @@ interface ProducerShape {
    * @default {false}
    */
   distinct?: boolean;
+  /**
+   * Put messages without properties (no TAGS, no KEYS), as a producer
+   * that only needs queue order does: the batch path's lean case.
+   *
+   * @default {false}
+   */
+  bare?: boolean;
   /**
    * Yield to the event loop (`setImmediate`) every this many puts, as a
    * producer fed by I/O does, so the flusher and the dispatcher run during
@@ -447,6 +456,9 @@ async function asyncScenario(
     // `batch[i & 3]` for single puts, `batches[i & 3]` for batches: with
     // `distinct`, a pool of 1,024 messages a queue (one queue per batch).
     let batch = messages(bodyBytes);
+    if (shape.bare === true) {
+      batch = batch.map(({ topic, queueId, body }) => ({ topic, queueId, body }));
+    }
     let batches = batch.map((message) => Array.from({ length: batchSize }, () => message));
     let poolMask = 3;
     if (shape.distinct === true) {
@@ -669,6 +681,22 @@ const scenarios: [string, () => Promise<Row>][] = [
   [
     "async batch64 1 KiB 1p",
     () => asyncScenario(port, "async batch64 1 KiB 1p", 1024, n(400_000), {}, { batchSize: 64 }),
+  ],
+  [
+    "async batch1000 bare 128 B 1p",
+    () =>
+      asyncScenario(port, "async batch1000 bare 128 B 1p", 128, n(3_000_000), {}, {
+        batchSize: 1000,
+        bare: true,
+      }),
+  ],
+  [
+    "async batch1000 bare 1 KiB 1p",
+    () =>
+      asyncScenario(port, "async batch1000 bare 1 KiB 1p", 1024, n(1_000_000), {}, {
+        batchSize: 1000,
+        bare: true,
+      }),
   ],
   [
     "async distinct 128 B 1p",
