@@ -34,6 +34,8 @@ import os from "node:os";
 import process from "node:process";
 import { performance } from "node:perf_hooks";
 import { setImmediate } from "node:timers";
+import { unflushedBytesMaxDefault } from "../src/commit_log/constants.ts";
+import { totalMemoryBytes } from "../src/runtime/info.ts";
 import { createPort, runtimeName } from "../src/runtime/mod.ts";
 import type { RuntimePort } from "../src/runtime/port.ts";
 import type { MessageInput } from "../src/record/mod.ts";
@@ -345,8 +347,9 @@ async function sustainedScenario(
     };
     // Yield every 1,000 messages (the batch that reaches a multiple of it).
     const yieldsAt = (at: number) => at % 1_000 < batchSize;
-    // Until the first unflushedBytesMax is in flight (and the JIT is warm).
-    const steadyFrom = 0x2000_0000;
+    // Until the first unflushedBytesMax is in flight (and the JIT is warm):
+    // the store's bound, a tenth of memory by default (2 GiB here).
+    const steadyFrom = extra.unflushedBytesMax ?? unflushedBytesMaxDefault(totalMemoryBytes());
     while (store.maxOffset < steadyFrom) {
       await putOne();
       if (yieldsAt(i)) {

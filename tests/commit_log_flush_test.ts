@@ -13,8 +13,9 @@ import { describe, test } from "node:test";
 import { MqStoreError } from "../src/errors.ts";
 import { availableAdapters, createPort, MemoryPort } from "../src/runtime/mod.ts";
 import type { AdapterName } from "../src/runtime/port.ts";
-import type { MessageStoreOptions } from "../src/store/options.ts";
-import { runtimeName } from "../src/runtime/info.ts";
+import { type MessageStoreOptions, resolveOptions } from "../src/store/options.ts";
+import { runtimeName, totalMemoryBytes } from "../src/runtime/info.ts";
+import { unflushedBytesMaxDefault } from "../src/commit_log/constants.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { MappedFileQueue } from "../src/segment/mapped_file_queue.ts";
@@ -437,6 +438,21 @@ describe("flush services", () => {
     } finally {
       await env.store.close();
     }
+  });
+
+  test("unflushedBytesMaxDefault() is a tenth of memory in whole MiB, within 64 MiB–2 GiB; 512 MiB when unknown", () => {
+    assert.equal(unflushedBytesMaxDefault(24 * 2 ** 30), 2 ** 31);
+    assert.equal(unflushedBytesMaxDefault(8 * 2 ** 30), 819 * 2 ** 20);
+    assert.equal(unflushedBytesMaxDefault(256 * 2 ** 20), 64 * 2 ** 20);
+    assert.equal(unflushedBytesMaxDefault(undefined), 512 * 2 ** 20);
+    assert.equal(unflushedBytesMaxDefault(0), 512 * 2 ** 20);
+    assert.equal(unflushedBytesMaxDefault(Number.NaN), 512 * 2 ** 20);
+    // The store's default follows this machine's memory; a setting wins.
+    assert.equal(
+      resolveOptions({}).unflushedBytesMax,
+      unflushedBytesMaxDefault(totalMemoryBytes()),
+    );
+    assert.equal(resolveOptions({ unflushedBytesMax: 0x10_0000 }).unflushedBytesMax, 0x10_0000);
   });
 
   test("putMessage() waits for a lagging flusher, then answers OS_PAGECACHE_BUSY past the timeout", async () => {

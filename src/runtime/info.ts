@@ -5,6 +5,7 @@
  * @module
  */
 
+import os from "node:os";
 import type { RuntimeName } from "./port.ts";
 
 /**
@@ -24,4 +25,26 @@ export function runtimeName(): RuntimeName {
   if (host.Deno !== undefined) return "deno";
   if (host.Bun !== undefined) return "bun";
   return "node";
+}
+
+/**
+ * The machine's memory, or undefined where it cannot be read (Deno without
+ * the `sys` permission, a host that reports nothing).
+ *
+ * @example
+ * ```ts
+ * import { totalMemoryBytes } from "./info.ts";
+ *
+ * console.log(totalMemoryBytes()); // 25769803776 on a 24 GiB machine
+ * ```
+ *
+ * @returns Bytes of memory, or undefined.
+ */
+export function totalMemoryBytes(): number | undefined {
+  try {
+    const bytes = os.totalmem();
+    return Number.isSafeInteger(bytes) && bytes > 0 ? bytes : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -9,11 +9,12 @@
 import type { FlushDiskType } from "../commit_log/commit_log.ts";
 import {
   DISK_SPACE_CHECK_INTERVAL_MS_DEFAULT,
-  UNFLUSHED_BYTES_MAX_DEFAULT,
+  unflushedBytesMaxDefault,
 } from "../commit_log/constants.ts";
 import { MqStoreError } from "../errors.ts";
 import { DELAY_LEVELS_DEFAULT_MS, MAX_MESSAGE_SIZE_DEFAULT_BYTES } from "../record/mod.ts";
 import type { AdapterName, RuntimePort } from "../runtime/port.ts";
+import { totalMemoryBytes } from "../runtime/info.ts";
 import { type Clock, systemClock } from "../segment/clock.ts";
 
 export type { FlushDiskType };
@@ -309,8 +310,10 @@ export interface MessageStoreOptions {
   /**
    * Bound on bytes appended but not yet durable; past it puts wait for the
    * flusher (and answer OS_PAGECACHE_BUSY after `osPageCacheBusyTimeOutMills`).
+   * The default is a tenth of the machine's memory, within 64 MiB–2 GiB
+   * (512 MiB where the memory size cannot be read).
    *
-   * @default {536870912}
+   * @default {"a tenth of memory, 64 MiB–2 GiB"}
    */
   unflushedBytesMax?: number;
   /**
@@ -660,7 +663,7 @@ export function resolveOptions(options: MessageStoreOptions = {}): ResolvedStore
     clock: options.clock ?? systemClock,
     unflushedBytesMax: integer(
       "unflushedBytesMax",
-      options.unflushedBytesMax ?? UNFLUSHED_BYTES_MAX_DEFAULT,
+      options.unflushedBytesMax ?? unflushedBytesMaxDefault(totalMemoryBytes()),
       0x1000,
       Number.MAX_SAFE_INTEGER,
     ),
