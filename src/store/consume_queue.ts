@@ -1272,9 +1272,6 @@ function writeUnitBytes(
   putInt64(bytes, at + CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
 }
 
-/** 2^32: an int64 unit field's high word (uniform runs). */
-const UNIFORM_TWO_POW_32 = 0x1_0000_0000;
-
 /**
  * Writes the `count` units of a uniform run at `bytes[at]` on (see
  * ConsumeQueue.putUniformRunNow): unit `i` is `firstOffset + i * size`,
@@ -1290,16 +1287,11 @@ function writeUniformUnits(
 ): void {
   // One view a run: big-endian words, no byte shifts per field.
   const view = new DataView(bytes.buffer, bytes.byteOffset + at, count * CQ_UNIT_SIZE_BYTES);
-  const tagsHigh = Math.floor(tagsCode / UNIFORM_TWO_POW_32);
-  const tagsLow = tagsCode - tagsHigh * UNIFORM_TWO_POW_32;
   let offset = firstOffset;
   for (let i = 0, p = 0; i < count; i++, p += CQ_UNIT_SIZE_BYTES) {
-    const high = Math.floor(offset / UNIFORM_TWO_POW_32);
-    view.setInt32(p, high);
-    view.setUint32(p + 4, offset - high * UNIFORM_TWO_POW_32);
+    writeInt64(view, p, offset);
     view.setInt32(p + CQ_UNIT_SIZE_POSITION, size);
-    view.setInt32(p + CQ_UNIT_TAGS_CODE_POSITION, tagsHigh);
-    view.setUint32(p + CQ_UNIT_TAGS_CODE_POSITION + 4, tagsLow);
+    writeInt64(view, p + CQ_UNIT_TAGS_CODE_POSITION, tagsCode);
     offset += size;
   }
 }
