@@ -179,7 +179,9 @@ export interface HeldCreations {
 
 /**
  * Wraps `inner` so that `createFile` of a path `holds` picks waits until
- * `release()`: a file whose creation is slow.
+ * `release()`: a file whose creation is slow. The wrapper has no
+ * `createFileSync` (a synchronous creation cannot be held), so consume-queue
+ * files take the awaited creation path under it.
  */
 export function heldCreations(
   inner: RuntimePort,
@@ -189,6 +191,7 @@ export function heldCreations(
   let waiters: Array<() => void> = [];
   const port = new Proxy(inner, {
     get(target, key) {
+      if (key === "createFileSync") return undefined;
       const value = Reflect.get(target, key);
       if (typeof value !== "function") return value;
       if (key === "createFile") {
@@ -399,6 +402,8 @@ export function killablePort(inner: RuntimePort): KillablePort {
                 : resolved;
             });
           }
+          // The handles the synchronous creation calls answer die too.
+          if (key === "createFileSync" || key === "openFileSync") return wrap(result as object);
           return result;
         };
       },

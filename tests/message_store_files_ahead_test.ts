@@ -29,17 +29,20 @@ const INDEX_NUM = 9;
 const QUEUES = 2;
 
 /**
- * Wraps `inner` so that every `createFile` path is recorded in `created`
- * and, with `renamed`, every `rename` target in it.
+ * Wraps `inner` so that every `createFile` (or `createFileSync`) path is
+ * recorded in `created` and, with `renamed`, every `rename` (or
+ * `renameSync`) target in it.
  */
 function recordingPort(inner: RuntimePort, created: string[], renamed?: string[]): RuntimePort {
   return new Proxy(inner, {
     get(target, key) {
       const value = Reflect.get(target, key);
       if (typeof value !== "function") return value;
-      if (key === "createFile" || (key === "rename" && renamed !== undefined)) {
-        const calls = key === "createFile" ? created : renamed!;
-        const argument = key === "createFile" ? 0 : 1;
+      const creates = key === "createFile" || key === "createFileSync";
+      const renames = key === "rename" || key === "renameSync";
+      if (creates || (renames && renamed !== undefined)) {
+        const calls = creates ? created : renamed!;
+        const argument = creates ? 0 : 1;
         return (...args: unknown[]) => {
           calls.push(String(args[argument]));
           return value.apply(target, args);

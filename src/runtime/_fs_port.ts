@@ -532,6 +532,92 @@ export class FsPort implements RuntimePort {
     }
   }
 
+  createFileSync(path: string, sizeBytes: number, options: CreateFileOptions = {}): FileHandle {
+    if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
+      throw new RangeError(
+        `Cannot create ${path}: size ${sizeBytes} must be a positive integer`,
+      );
+    }
+    let fd: number;
+    try {
+      fd = fs.openSync(path, "wx+", 0o644);
+    } catch (error) {
+      throw systemError(error, "create", path);
+    }
+    try {
+      const native = this.#native;
+      if (native === undefined || options.sparse === true) {
+        fs.ftruncateSync(fd, sizeBytes);
+      } else {
+        const errno = native.fallocate(fd, 0, sizeBytes);
+        if (errno !== 0) throw errnoError(errno, "allocate", path);
+      }
+    } catch (error) {
+      fs.closeSync(fd);
+      fs.rmSync(path, { force: true });
+      throw systemError(error, "create", path);
+    }
+    return new FsFileHandle(fd, path, false, sizeBytes, this.#native);
+  }
+
+  openFileSync(path: string, options: OpenFileOptions = {}): FileHandle {
+    const readOnly = options.readOnly === true;
+    let fd: number;
+    try {
+      fd = fs.openSync(path, readOnly ? "r" : "r+");
+    } catch (error) {
+      throw systemError(error, "open", path);
+    }
+    try {
+      const stat = fs.fstatSync(fd);
+      if (!stat.isFile()) {
+        throw new MqStoreError("INVALID_FILE", `Cannot open ${path}: not a regular file`);
+      }
+      return new FsFileHandle(fd, path, readOnly, stat.size, this.#native);
+    } catch (error) {
+      fs.closeSync(fd);
+      throw systemError(error, "open", path);
+    }
+  }
+
+  statSync(path: string): FileStat | undefined {
+    // existsSync first: the usual answer (a name about to be created) is
+    // "missing", which statSync reports by building an error, at 35 µs
+    // on Deno against 5 µs (measured).
+    if (!fs.existsSync(path)) return undefined;
+    let stat: fs.Stats | undefined;
+    try {
+      stat = fs.statSync(path, { throwIfNoEntry: false });
+    } catch (error) {
+      throw systemError(error, "stat", path);
+    }
+    if (stat === undefined) return undefined;
+    return {
+      sizeBytes: stat.size,
+      modifiedMs: stat.mtimeMs,
+      isFile: stat.isFile(),
+      isDirectory: stat.isDirectory(),
+    };
+  }
+
+  renameSync(from: string, to: string): void {
+    try {
+      fs.renameSync(from, to);
+    } catch (error) {
+      throw systemError(error, "rename", from);
+    }
+  }
+
+  removeSync(path: string): void {
+    // As statSync: a missing file, the usual case, answered cheaply.
+    if (!fs.existsSync(path)) return;
+    try {
+      fs.rmSync(path, { force: true });
+    } catch (error) {
+      throw systemError(error, "remove", path);
+    }
+  }
+
   async makeDirectory(path: string): Promise<void> {
     await call<string | undefined>(
       "create directory",

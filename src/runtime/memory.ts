@@ -13,16 +13,25 @@
  * | --------------------------------- | --------------------------------------------- |
  * | `write()`, `writeSync()`, `bytes` | a change to the cache only                    |
  * | `datasync()`, `datasyncSync()`    | the whole file (content and size) durable     |
- * | `Mapping.sync(p, n)`              | the 4 KiB pages touching `[p, p + n)` durable |
+ * | `Mapping.sync(p, n)`              | the 4 KiB pages touching `[p, p + n)` and the |
+ * |                                   | file's size durable (`msync` is a range       |
+ * |                                   | `fdatasync`)                                  |
  * | `createFile`, `rename`, `remove`  | a change to the live directory entries only   |
+ * | (and their `…Sync` forms)         |                                               |
  * | `syncDirectory(dir)`              | all of `dir`'s entries durable                |
  * | `writeFileAtomic`                 | content, entry and its directory durable      |
  * | `makeDirectory`                   | a durable directory at once (simplified)      |
  *
- * A created file is durable, with its full size and zero content, once its
- * directory is synced; before that a crash removes it. A rename or removal
- * not followed by `syncDirectory` is undone by a crash. A file extended by
- * `write()` keeps its old durable size until `datasync()`.
+ * A created file's name is durable once its directory is synced; before
+ * that a crash removes it. Its size (the `posix_fallocate`) is durable
+ * with the name by default, as on ext4, whose directory `fsync` commits
+ * the journal transaction holding the allocation. With
+ * {@link MemoryPortOptions.strictSizes} it is durable only once the file
+ * is synced (`datasync()` or a `Mapping.sync`), as POSIX allows: a crash
+ * before leaves the name on a zero-length file (a seeded crash keeps the
+ * full size, zeros, with `keepProbability`). A rename or removal not
+ * followed by `syncDirectory` is undone by a crash. A file extended by `write()` keeps its old durable size until
+ * `datasync()`.
  *
  * {@link MemoryPort.crash} replaces every cache by its durable content,
  * detaches every mapping view, closes every handle and releases every lock.
@@ -188,6 +197,16 @@ export interface MemoryPortOptions {
    * @default {2 ** 40}
    */
   capacityBytes?: number;
+  /**
+   * A created file's size is durable only once the file is synced
+   * (`datasync()`, `datasyncSync()` or a `Mapping.sync`), not with its
+   * directory: a crash before leaves a zero-length file under a durable
+   * name (a seeded crash keeps the full size with `keepProbability`).
+   * False: the size is durable with the name (see the module doc).
+   *
+   * @default {false}
+   */
+  strictSizes?: boolean;
 }
 
 type Node = FileNode | DirectoryNode;
@@ -572,6 +591,8 @@ class MemoryDisk {
   mappings = new Set<MemoryMapping>();
   /** Locked directories, each with the token of its current holder. */
   locks = new Map<DirectoryNode, object>();
+  /** See {@link MemoryPortOptions.strictSizes}. */
+  strictSizes = false;
 
   constructor(capacityBytes: number) {
     this.capacityBytes = capacityBytes;
@@ -799,6 +820,8 @@ class MemoryMapping implements Mapping {
     if (fault !== undefined) throw fault;
     this.#checkLive("sync");
     const start = this.fileOffset + position;
+    // msync is an fdatasync of the range: the file's size goes with it.
+    this.file.durableSizeBytes = Math.max(this.file.durableSizeBytes, this.file.sizeBytes);
     this.file.persist(
       Math.floor(start / PAGE_SIZE_BYTES),
       Math.ceil((start + length) / PAGE_SIZE_BYTES),
@@ -1079,6 +1102,7 @@ export class MemoryPort implements RuntimePort {
   constructor(runtime: RuntimeName, options: MemoryPortOptions = {}) {
     this.runtime = runtime;
     this.#disk = new MemoryDisk(CAPACITY_DEFAULT_BYTES);
+    this.#disk.strictSizes = options.strictSizes === true;
     this.capacityBytes = options.capacityBytes ?? CAPACITY_DEFAULT_BYTES;
   }
 
@@ -1137,7 +1161,7 @@ export class MemoryPort implements RuntimePort {
   async createFile(
     path: string,
     sizeBytes: number,
-    _options: CreateFileOptions = {},
+    options: CreateFileOptions = {},
   ): Promise<FileHandle> {
     checkPath(path);
     if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
@@ -1146,6 +1170,17 @@ export class MemoryPort implements RuntimePort {
       );
     }
     await Promise.resolve();
+    return this.createFileSync(path, sizeBytes, options);
+  }
+
+  /** {@link createFile} at once (see `RuntimePort.createFileSync`). */
+  createFileSync(path: string, sizeBytes: number, _options: CreateFileOptions = {}): FileHandle {
+    checkPath(path);
+    if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
+      throw new RangeError(
+        `Cannot create ${path}: size ${sizeBytes} must be a positive integer`,
+      );
+    }
     const disk = this.#disk;
     const [directory, name] = disk.parent(resolve(path), "create", path);
     if (directory.entries.has(name)) {
@@ -1155,6 +1190,8 @@ export class MemoryPort implements RuntimePort {
     if (fault !== undefined) throw fault;
     disk.checkSpace(sizeBytes, "create", path);
     const file = new FileNode(sizeBytes);
+    // The allocation is not durable before the file is synced.
+    if (disk.strictSizes) file.durableSizeBytes = 0;
     directory.entries.set(name, file);
     directory.modifiedMs = Date.now();
     return new MemoryFileHandle(disk, file, path, false);
@@ -1163,6 +1200,12 @@ export class MemoryPort implements RuntimePort {
   async openFile(path: string, options: OpenFileOptions = {}): Promise<FileHandle> {
     checkPath(path);
     await Promise.resolve();
+    return this.openFileSync(path, options);
+  }
+
+  /** {@link openFile} at once (see `RuntimePort.openFileSync`). */
+  openFileSync(path: string, options: OpenFileOptions = {}): FileHandle {
+    checkPath(path);
     const node = this.#disk.lookup(resolve(path));
     if (node === undefined) {
       throw new MqStoreError("NOT_FOUND", `Cannot open ${path}: ENOENT`);
@@ -1211,6 +1254,12 @@ export class MemoryPort implements RuntimePort {
   async stat(path: string): Promise<FileStat | undefined> {
     checkPath(path);
     await Promise.resolve();
+    return this.statSync(path);
+  }
+
+  /** {@link stat} at once (see `RuntimePort.statSync`). */
+  statSync(path: string): FileStat | undefined {
+    checkPath(path);
     const node = this.#disk.lookup(resolve(path));
     if (node === undefined) return undefined;
     return {
@@ -1225,6 +1274,13 @@ export class MemoryPort implements RuntimePort {
     checkPath(from);
     checkPath(to);
     await Promise.resolve();
+    this.renameSync(from, to);
+  }
+
+  /** {@link rename} at once (see `RuntimePort.renameSync`). */
+  renameSync(from: string, to: string): void {
+    checkPath(from);
+    checkPath(to);
     const disk = this.#disk;
     const [source, sourceName] = disk.parent(resolve(from), "rename", from);
     const [target, targetName] = disk.parent(resolve(to), "rename", to);
@@ -1248,6 +1304,12 @@ export class MemoryPort implements RuntimePort {
   async remove(path: string): Promise<void> {
     checkPath(path);
     await Promise.resolve();
+    this.removeSync(path);
+  }
+
+  /** {@link remove} at once (see `RuntimePort.removeSync`). */
+  removeSync(path: string): void {
+    checkPath(path);
     const disk = this.#disk;
     const resolved = resolve(path);
     const node = disk.lookup(resolved);

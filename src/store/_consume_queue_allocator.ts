@@ -24,18 +24,30 @@
  * exactly full. A queue cut back (truncated, destroyed) discards its
  * prepared file first, so the files on disk stay contiguous.
  *
- * A creation is five awaited steps (see `createSegmentName`), each of
- * which completes only on a turn of the event loop, which a producer that
- * never yields gives only when dispatch declines a put: fewer steps, fewer
- * such turns. The directory sync that makes the new name durable is not
- * one of them: it starts in the background once the file is renamed, and
- * the queue's flush waits for it ({@link ConsumeQueueAllocator.whenNamesDurable})
- * before the checkpoint may count a unit in the file. Until then a crash
- * can undo the rename (a `.tmp`, removed at load, or nothing): the queue
- * then ends at the file before, and re-dispatch rebuilds the units past
+ * Where the port has the synchronous calls (`createFileSync`, `renameSync`,
+ * `openFileSync`...: the FFI, portable and memory adapters), a creation
+ * takes no awaited I/O (`createSegmentNow`): stat, remove the `.tmp`,
+ * create + `posix_fallocate`, rename, open and map run on the JavaScript
+ * thread (0.5–1.5 ms for a 6 MB file, measured; a few ms under heavy
+ * writeback), and it ends within microtasks. An awaited step would
+ * complete only on a turn of the event loop, which a producer that never
+ * yields (`await store.putMessages()` in a loop) gives only when
+ * dispatch declines a put: that is what stalled such producers. Nothing
+ * is made durable then: consume-queue files are derived data (RocketMQ
+ * never syncs their creation). The queue's flush makes the file's size
+ * (its creation handle's `datasync`) and name (directory sync) durable
+ * ({@link ConsumeQueueAllocator.whenNamesDurable}) before the checkpoint
+ * may count a unit in it. Until then a crash can leave no name, the
+ * `.tmp`, a zero-length file or one of zeros (see `ConsumeQueue.load`):
+ * the queue then ends before it, and re-dispatch rebuilds the units past
  * the checkpoint, as it does for any unit not flushed.
  *
- * Two creations run at once ({@link CREATIONS_IN_FLIGHT_MAX}): their syncs
+ * Elsewhere (a port without them, or a wrapper hiding them) a creation
+ * is the five awaited steps of `createSegmentName`, the file made durable
+ * there and its directory synced in the background, which
+ * `whenNamesDurable` also waits for.
+ *
+ * Two awaited creations run at once ({@link CREATIONS_IN_FLIGHT_MAX}): their syncs
  * overlap, and a queue written at 1.5–2 M units/s, which fills a 6 MB file
  * every 150–200 ms, needs that under the commit log's writeback, where a
  * creation's two syncs took up to 150 and 135 ms here. A file is renamed
@@ -46,11 +58,11 @@
  */
 
 import { MqStoreError } from "../errors.ts";
-import type { RuntimePort } from "../runtime/port.ts";
+import type { FileHandle, RuntimePort } from "../runtime/port.ts";
 import { AllocateMappedFileService } from "../segment/allocate_mapped_file_service.ts";
 import type { Clock } from "../segment/clock.ts";
 import { MappedFile } from "../segment/mapped_file.ts";
-import { createSegmentName } from "../segment/_create_segment.ts";
+import { createSegmentName, createSegmentNow } from "../segment/_create_segment.ts";
 import { directoryOf } from "../segment/_file_name.ts";
 
 /** Creations that run at once; later ones wait for a slot, in order. */
@@ -111,6 +123,18 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
   #directorySyncs = new Map<string, Set<Promise<void>>>();
   /** Directories whose background sync failed: the next {@link whenNamesDurable} syncs again. */
   #unsyncedDirectories = new Set<string>();
+  /**
+   * The port whose `openFile` answers at once (see {@link SyncOpeningPort}),
+   * or undefined where the port lacks the synchronous calls: creations
+   * then take the awaited path.
+   */
+  #syncPort: RuntimePort | undefined;
+  /**
+   * Files created synchronously whose size and name are not durable yet,
+   * by directory, then path: their creation handle, kept open for the
+   * `datasync` of {@link whenNamesDurable}.
+   */
+  #notDurable = new Map<string, Map<string, FileHandle>>();
 
   /** @param options Port and file settings. */
   constructor(options: ConsumeQueueAllocatorOptions) {
@@ -118,6 +142,21 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     this.#port = options.port;
     this.#sparse = options.sparse === true;
     this.#clock = options.clock;
+    const port = options.port;
+    this.#syncPort = port.openFileSync !== undefined && port.createFileSync !== undefined &&
+        port.statSync !== undefined && port.renameSync !== undefined &&
+        port.removeSync !== undefined
+      ? new SyncOpeningPort(port)
+      : undefined;
+  }
+
+  /**
+   * Whether a creation takes no awaited I/O (the port has the synchronous
+   * calls): it then ends within microtasks, with no turn of the event
+   * loop, and a queue need not give turns for it.
+   */
+  get createsSynchronously(): boolean {
+    return this.#syncPort !== undefined;
   }
 
   /** Whether the file `path` is prepared, created and not handed over yet. */
@@ -213,6 +252,22 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
    * @throws The directory sync's error.
    */
   async whenNamesDurable(directory: string): Promise<void> {
+    const created = this.#notDurable.get(directory);
+    if (created !== undefined && created.size > 0) {
+      // Synchronous creations made nothing durable: the files' sizes
+      // (datasync) first, then their names (directory sync). Files
+      // created meanwhile wait for the next call.
+      const handles = [...created];
+      created.clear();
+      try {
+        await Promise.all(handles.map(([, handle]) => handle.datasync()));
+        await this.#port.syncDirectory(directory);
+      } catch (error) {
+        for (const [path, handle] of handles) created.set(path, handle);
+        throw error;
+      }
+      for (const [, handle] of handles) await handle.close();
+    }
     const syncs = this.#directorySyncs.get(directory);
     if (syncs !== undefined) await Promise.allSettled([...syncs]);
     if (this.#unsyncedDirectories.has(directory)) {
@@ -230,6 +285,7 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
       this.#ready.delete(path);
       const file = await prepared.catch(() => undefined);
       await file?.destroy({ waitMs: 0 });
+      await this.#forgetNotDurable(path);
     }
   }
 
@@ -243,6 +299,12 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     for (const file of prepared) {
       await (await file.catch(() => undefined))?.destroy({ waitMs: 0 });
     }
+    // Files handed over and never flushed: derived data, rebuilt by
+    // re-dispatch should a crash lose them.
+    for (const created of [...this.#notDurable.values()]) {
+      for (const handle of created.values()) await handle.close();
+    }
+    this.#notDurable.clear();
     await super.close();
   }
 
@@ -272,6 +334,9 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     renameAfter?: Promise<unknown>,
   ): Promise<MappedFile> {
     const port = this.#port;
+    if (this.#syncPort !== undefined) {
+      return await this.#createNow(this.#syncPort, path, fileSizeBytes);
+    }
     await createSegmentName(port, path, fileSizeBytes, {
       sparse: this.#sparse,
       renameAfter,
@@ -292,6 +357,43 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     return file;
   }
 
+  /**
+   * {@link #create} with no awaited I/O: created, renamed and opened on
+   * the JavaScript thread (the awaits below resolve within microtasks),
+   * nothing made durable (see {@link whenNamesDurable}). In the order
+   * creations start, so a directory's files appear in order.
+   */
+  async #createNow(
+    syncPort: RuntimePort,
+    path: string,
+    fileSizeBytes: number,
+  ): Promise<MappedFile> {
+    const handle = createSegmentNow(syncPort, path, fileSizeBytes, { sparse: this.#sparse })!;
+    const directory = directoryOf(path);
+    let created = this.#notDurable.get(directory);
+    if (created === undefined) this.#notDurable.set(directory, created = new Map());
+    created.set(path, handle);
+    let file: MappedFile;
+    try {
+      file = await MappedFile.open({ port: syncPort, path, fileSizeBytes, clock: this.#clock });
+    } catch (error) {
+      await this.#forgetNotDurable(path);
+      syncPort.removeSync!(path);
+      throw error;
+    }
+    file.prepare({ populate: false }).catch(ignore);
+    return file;
+  }
+
+  /** Closes the creation handle of `path` kept for {@link whenNamesDurable} (its file went). */
+  async #forgetNotDurable(path: string): Promise<void> {
+    const created = this.#notDurable.get(directoryOf(path));
+    const handle = created?.get(path);
+    if (handle === undefined) return;
+    created!.delete(path);
+    await handle.close();
+  }
+
   /** Starts a sync of `directory` that {@link whenNamesDurable} waits for. */
   #syncDirectoryLater(directory: string): void {
     let syncs = this.#directorySyncs.get(directory);
@@ -309,3 +411,89 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
 }
 
 function ignore(): void {}
+
+/**
+ * A port whose `openFile` answers at once through `openFileSync`, for
+ * `MappedFile.open` of a file just created: with it, and the mapping that
+ * the FFI and memory adapters make at once, the open takes microtasks
+ * only. Everything else is the wrapped port's.
+ */
+class SyncOpeningPort implements RuntimePort {
+  readonly runtime: RuntimePort["runtime"];
+  readonly adapter: RuntimePort["adapter"];
+  readonly canMap: boolean;
+  readonly pageSizeBytes: number;
+  #port: RuntimePort;
+
+  constructor(port: RuntimePort) {
+    this.#port = port;
+    this.runtime = port.runtime;
+    this.adapter = port.adapter;
+    this.canMap = port.canMap;
+    this.pageSizeBytes = port.pageSizeBytes;
+  }
+
+  openFile(...args: Parameters<RuntimePort["openFile"]>): ReturnType<RuntimePort["openFile"]> {
+    try {
+      return Promise.resolve(this.#port.openFileSync!(...args));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  createFile(
+    ...args: Parameters<RuntimePort["createFile"]>
+  ): ReturnType<RuntimePort["createFile"]> {
+    return this.#port.createFile(...args);
+  }
+  makeDirectory(path: string): Promise<void> {
+    return this.#port.makeDirectory(path);
+  }
+  list(path: string): Promise<string[]> {
+    return this.#port.list(path);
+  }
+  stat(path: string): ReturnType<RuntimePort["stat"]> {
+    return this.#port.stat(path);
+  }
+  rename(from: string, to: string): Promise<void> {
+    return this.#port.rename(from, to);
+  }
+  remove(path: string): Promise<void> {
+    return this.#port.remove(path);
+  }
+  syncDirectory(path: string): Promise<void> {
+    return this.#port.syncDirectory(path);
+  }
+  readFile(path: string): ReturnType<RuntimePort["readFile"]> {
+    return this.#port.readFile(path);
+  }
+  writeFileAtomic(path: string, bytes: Uint8Array): Promise<void> {
+    return this.#port.writeFileAtomic(path, bytes);
+  }
+  diskSpace(path: string): ReturnType<RuntimePort["diskSpace"]> {
+    return this.#port.diskSpace(path);
+  }
+  lockDirectory(path: string): ReturnType<RuntimePort["lockDirectory"]> {
+    return this.#port.lockDirectory(path);
+  }
+  allocateLockedBuffer(sizeBytes: number): ReturnType<RuntimePort["allocateLockedBuffer"]> {
+    return this.#port.allocateLockedBuffer(sizeBytes);
+  }
+  createFileSync(
+    ...args: Parameters<NonNullable<RuntimePort["createFileSync"]>>
+  ): FileHandle {
+    return this.#port.createFileSync!(...args);
+  }
+  openFileSync(...args: Parameters<NonNullable<RuntimePort["openFileSync"]>>): FileHandle {
+    return this.#port.openFileSync!(...args);
+  }
+  statSync(path: string): ReturnType<NonNullable<RuntimePort["statSync"]>> {
+    return this.#port.statSync!(path);
+  }
+  renameSync(from: string, to: string): void {
+    this.#port.renameSync!(from, to);
+  }
+  removeSync(path: string): void {
+    this.#port.removeSync!(path);
+  }
+}

@@ -18,10 +18,14 @@
  * background once the written one is ⅛ full, and a roll does not wait for
  * it: if it is not there yet, the units past the roll are held in memory
  * (up to a file's worth), as a new queue's are (below), and written to it
- * once it is. While a file is being created, one synchronous put in
- * `TURN_EVERY_UNITS` (from half the file on) defers to the awaited path,
- * which lets the event loop turn: the creation's I/O completes even under
- * a producer that never yields.
+ * once it is. Where the allocator creates files synchronously (the port
+ * has the synchronous calls) a creation ends within microtasks, and the
+ * hold at a roll lasts only until the microtasks of the hand-over run.
+ * Where it does not, and for a new queue's first file (its directory is
+ * made and listed with awaited I/O), one synchronous put in
+ * `TURN_EVERY_UNITS` (from half the file on) defers to the awaited path
+ * while such a creation runs, which lets the event loop turn: the
+ * creation's I/O completes even under a producer that never yields.
  *
  * A new queue started with {@link ConsumeQueue.startInMemory} does not
  * wait for its first file either: its units go into an in-memory
@@ -58,21 +62,23 @@ import {
 } from "./_consume_queue_constants.ts";
 import { readInt64, writeInt64 } from "./_consume_queue_int64.ts";
 import type { ConsumeQueueAllocator } from "./_consume_queue_allocator.ts";
-import { joinPath, segmentFileName } from "../segment/_file_name.ts";
+import { joinPath, parseSegmentFileName, segmentFileName } from "../segment/_file_name.ts";
 
 /**
  * The next file is prepared when the written one is this share full
- * (numerator over {@link PREPARE_AHEAD_DENOMINATOR}): early, so its
- * creation (about eight awaited I/O steps, each needing a turn of the
- * event loop) has most of a file's units to finish in, but not at the
+ * (numerator over {@link PREPARE_AHEAD_DENOMINATOR}): early, so an
+ * awaited creation (five I/O steps, each needing a turn of the event
+ * loop) has most of a file's units to finish in, but not at the
  * first unit, so the many queues that never fill a file do not each get
  * a second one on disk.
  */
 const PREPARE_AHEAD_NUMERATOR = 1;
 const PREPARE_AHEAD_DENOMINATOR = 8;
 /**
- * While a file the queue will need is being created and the last file is
- * half full or more (or units wait in memory), one synchronous put in this
+ * While a file the queue will need is being created with awaited I/O (a
+ * port without the synchronous calls, or a new queue's first file) and
+ * the last file is half full or more (or units wait in memory), one
+ * synchronous put in this
  * many declines ({@link ConsumeQueue.putUnitNow} answers undefined) and
  * {@link ConsumeQueue.putUnit} first waits for a turn of the event loop:
  * a producer that never yields (a tight `await put()` loop) would
@@ -282,6 +288,7 @@ export class ConsumeQueue {
     tagsCode: 0,
   };
   #allocator: ConsumeQueueAllocator | undefined;
+  readonly #port: RuntimePort;
   /** Write position of a file at which the next file is prepared. */
   #prepareAtPosition: number;
   /** fileFromOffset of the last file whose successor was prepared; -1 for none. */
@@ -346,6 +353,7 @@ export class ConsumeQueue {
     this.fileSizeBytes = fileSizeBytes;
     this.directory = consumeQueueDirectory(options.rootDirectory, options.topic, options.queueId);
     this.#readOnly = options.readOnly === true;
+    this.#port = options.port;
     this.#allocator = this.#readOnly ? undefined : options.allocator;
     this.#onFileError = options.onFileError;
     const prepareAt = Math.floor(
@@ -366,13 +374,70 @@ export class ConsumeQueue {
   }
 
   /**
-   * Opens the files on disk (all counted as full until {@link recover}).
+   * Opens the files on disk (all counted as full until {@link recover}),
+   * after removing what a crash can leave of files created and not made
+   * durable yet (see {@link #removeUnfinishedFiles}).
    *
-   * @throws {MqStoreError} `INVALID_FILE` for a file of another size or a gap.
+   * @throws {MqStoreError} `INVALID_FILE` for a file of another size.
    */
   async load(): Promise<void> {
     assert(this.#pendingFile === undefined, `${this.directory} is loaded or started, not both`);
+    if (!this.#readOnly) await this.#removeUnfinishedFiles();
     await this.#queue.load();
+  }
+
+  /**
+   * Removes the leftovers of file creations a crash interrupted. The
+   * allocator creates a file without making its size or name durable;
+   * the queue's flush does (datasync, directory sync) before the
+   * checkpoint counts any unit in it. So a crash can leave, past the
+   * units the checkpoint counts: no name (a gap before later files), a
+   * zero-length file under the name (the allocation lost), or the last
+   * file short of the file size. Such a file and every file after it go
+   * (the `.tmp` names go in `MappedFileQueue.load`); re-dispatch rebuilds
+   * their units from the commit log. A short file that is not last, or
+   * the only one, is left for load to refuse: that is a different file
+   * size, not an unfinished creation.
+   */
+  async #removeUnfinishedFiles(): Promise<void> {
+    const port = this.#port;
+    let names: string[];
+    try {
+      names = await port.list(this.directory);
+    } catch (error) {
+      if (error instanceof MqStoreError && error.code === "NOT_FOUND") return;
+      throw error;
+    }
+    const offsets: number[] = [];
+    for (const name of names) {
+      const offset = parseSegmentFileName(name);
+      if (offset !== undefined) offsets.push(offset);
+    }
+    offsets.sort((a, b) => a - b);
+    let cut = offsets.length;
+    // Every file is looked at: a flush interval can see many files made
+    // (a queue at 2 M units/s fills seven 6 MB files a second), any of
+    // them left zero-length. A stat each, next to load's open and map.
+    // Bounded by the files; stops at the first that is not full-size.
+    for (let i = 0; i < offsets.length; i++) {
+      const offset = offsets[i]!;
+      // Every file before is full-size here: a gap is a lost name.
+      if (i > 0 && offset !== offsets[i - 1]! + this.fileSizeBytes) {
+        cut = i;
+        break;
+      }
+      const path = joinPath(this.directory, segmentFileName(offset));
+      const sizeBytes = (await port.stat(path))?.sizeBytes;
+      if (sizeBytes === this.fileSizeBytes) continue;
+      // A short file is unfinished only last and after a full one; else
+      // it is of another file size, for load to refuse.
+      if (sizeBytes === 0 || (i > 0 && i === offsets.length - 1)) cut = i;
+      break;
+    }
+    // Newest first: a crash in between leaves the files still contiguous.
+    for (let i = offsets.length - 1; i >= cut; i--) {
+      await port.remove(joinPath(this.directory, segmentFileName(offsets[i]!)));
+    }
   }
 
   /**
@@ -400,10 +465,16 @@ export class ConsumeQueue {
     // (2.5 M units/s × 0.15 s × 20 B = 7.5 MB at full speed, however many
     // queues), each at most one file (6 MB by default).
     this.#inMemoryCapBytes = this.fileSizeBytes;
-    this.#startPendingFile(async () => {
-      await this.#queue.load();
-      return await this.#queue.getOrCreateLastMappedFile(0);
-    }, onError);
+    // Its directory is made and listed with awaited I/O: this creation
+    // needs turns, whatever the allocator.
+    this.#startPendingFile(
+      async () => {
+        await this.#queue.load();
+        return await this.#queue.getOrCreateLastMappedFile(0);
+      },
+      onError,
+      true,
+    );
   }
 
   /**
@@ -422,17 +493,28 @@ export class ConsumeQueue {
     this.#startPendingFile(
       () => this.#queue.getOrCreateLastMappedFile(this.#inMemoryFrom),
       (error) => this.#onFileError?.(error),
+      this.#allocator?.createsSynchronously !== true,
     );
     // The file after it is prepared now (it starts once this one is
     // done), not once this one has units.
     this.#prepareAfterOffset(this.#inMemoryFrom);
   }
 
-  #startPendingFile(create: () => Promise<MappedFile>, onError: (error: unknown) => void): void {
-    this.#creations++;
+  /**
+   * Starts the creation of the file the in-memory units wait for; one
+   * that `needsTurns` (awaited I/O) is counted in {@link #creations}.
+   */
+  #startPendingFile(
+    create: () => Promise<MappedFile>,
+    onError: (error: unknown) => void,
+    needsTurns: boolean,
+  ): void {
+    if (needsTurns) this.#creations++;
     const created = this.#writePendingFile(create);
     // The error is also kept for the next put and flush.
-    created.catch(onError).finally(() => this.#creations--);
+    created.catch(onError).finally(() => {
+      if (needsTurns) this.#creations--;
+    });
     this.#pendingFile = created;
   }
 
@@ -760,9 +842,9 @@ export class ConsumeQueue {
     const at = queueOffset * CQ_UNIT_SIZE_BYTES - this.#inMemoryFrom;
     if (at !== this.#inMemoryBytes) return 0;
     const n = Math.min(count, Math.floor((this.#inMemoryCapBytes - at) / CQ_UNIT_SIZE_BYTES));
-    if (n <= 0 || this.#unitsToTurn <= 0) return 0;
+    if (n <= 0 || (this.#creations > 0 && this.#unitsToTurn <= 0)) return 0;
     const end = this.#checkRunOf(n, queueOffset);
-    this.#unitsToTurn -= n;
+    if (this.#creations > 0) this.#unitsToTurn -= n;
     const need = at + n * CQ_UNIT_SIZE_BYTES;
     this.#writeRunAt(this.#inMemoryWithRoom(need), at, n);
     this.#inMemoryBytes = need;
@@ -912,11 +994,17 @@ export class ConsumeQueue {
     this.#preparedAfter = fileFromOffset;
     const allocator = this.#allocator;
     if (allocator === undefined) return;
+    // A synchronous creation ends within microtasks: no turns to give.
+    const needsTurns = !allocator.createsSynchronously;
     for (let ahead = 1; ahead <= this.#filesAhead; ahead++) {
       const next = fileFromOffset + ahead * this.fileSizeBytes;
+      const path = joinPath(this.directory, segmentFileName(next));
+      if (!needsTurns) {
+        allocator.prepare(path, this.fileSizeBytes);
+        continue;
+      }
       this.#creations++;
-      allocator.prepare(joinPath(this.directory, segmentFileName(next)), this.fileSizeBytes)
-        .finally(() => this.#creations--);
+      allocator.prepare(path, this.fileSizeBytes).finally(() => this.#creations--);
     }
   }
 
