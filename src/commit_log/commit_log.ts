@@ -387,6 +387,8 @@ export class CommitLog {
    * warmMapedFileEnable: puts queue (slow path) until it is done.
    */
   #warming: Promise<void> | undefined;
+  /** See {@link CommitLog.whenActiveSegmentReady}. */
+  #activeReady: Promise<void> = Promise.resolve();
   #blankBound = (target: AppendTarget): AppendOutcome => this.#blankInto(target);
   /**
    * Unflushed bytes past which a put wakes the flusher: a full flush step,
@@ -684,15 +686,24 @@ export class CommitLog {
    */
   #prepareActiveSegment(): void {
     const last = this.queue.lastFile;
-    const preparation = last !== undefined && !last.isFull
-      ? last.prepare({
+    let preparation: Promise<void>;
+    let head: Promise<void>;
+    if (last !== undefined && !last.isFull) {
+      preparation = last.prepare({
         populate: true,
         writeZeros: this.#writeZeros,
         randomAccess: this.#randomAccess,
         pace: this.#paceBound,
         stopped: () => this.#closed,
-      }).then(() => {})
-      : this.queue.getOrCreateLastMappedFile(this.#startOffset).then((file) => file.whenPrepared());
+      }).then(() => {});
+      head = last.whenHeadPrepared();
+    } else {
+      const created = this.queue.getOrCreateLastMappedFile(this.#startOffset);
+      preparation = created.then((file) => file.whenPrepared());
+      head = created.then((file) => file.whenHeadPrepared());
+    }
+    // Its failure is reported below (and again by the put path).
+    this.#activeReady = head.catch(() => {});
     const settled = preparation.catch((error) => {
       // The put path creates the segment again (and reports the error);
       // a failed pre-fault only costs speed.
@@ -708,6 +719,19 @@ export class CommitLog {
       this.#warming = settled;
       settled.then(() => this.#warming = undefined);
     }
+  }
+
+  /**
+   * Resolves once the segment the next put goes to, as {@link start} left
+   * it, exists, is mapped and has the first chunk of its preparation
+   * pre-faulted (see `MappedFile.whenHeadPrepared`), or once that failed
+   * (reported through `onWarning`; the put path creates the segment
+   * itself). A fresh store's first puts otherwise wait for the creation
+   * of a 1 GiB segment (tens of milliseconds) and take their page faults
+   * while it is pre-faulted under them. Never rejects.
+   */
+  whenActiveSegmentReady(): Promise<void> {
+    return this.#activeReady;
   }
 
   /** Offset up to which the log is durable. */

@@ -332,6 +332,11 @@ export class MappedFile {
   /** The preparation in progress (settled), awaited before unmapping. */
   #preparing: Promise<unknown> | undefined;
   /**
+   * Settles once the latest preparation pre-faulted its first chunk (or
+   * ended): what a writer starting on the segment needs first.
+   */
+  #headPrepared: Promise<void> | undefined;
+  /**
    * The pre-fault chunk in flight, `[start, end)`, and its settlement. A
    * flush whose range reaches into it waits for it: the kernel walks the
    * chunk page by page, and a page that a flush had cleaned before the
@@ -1039,9 +1044,26 @@ export class MappedFile {
       return Promise.resolve(false);
     }
     const previous = this.#preparing ?? Promise.resolve();
-    const run = previous.then(() => this.#prepareNow(mapping, options));
-    this.#preparing = run.catch(() => {});
+    let headDone!: () => void;
+    const head = new Promise<void>((resolve) => headDone = resolve);
+    const run = previous.then(() => this.#prepareNow(mapping, options, headDone));
+    const preparing = run.catch(() => {});
+    this.#preparing = preparing;
+    // A preparation that ends before its first chunk (stopped, failed,
+    // nothing left) settles the head too.
+    this.#headPrepared = Promise.race([head, preparing.then(() => {})]);
     return run;
+  }
+
+  /**
+   * Resolves once the latest preparation has pre-faulted (and, with
+   * `writeZeros`, written through) its first chunk from the write
+   * position, or ended: the pages the first appends go to are ready. A
+   * store awaits it at open so that its first puts do not take the page
+   * faults or wait for the segment. Never rejects.
+   */
+  whenHeadPrepared(): Promise<void> {
+    return this.#headPrepared ?? Promise.resolve();
   }
 
   /**
@@ -1052,7 +1074,11 @@ export class MappedFile {
     return this.#preparing === undefined ? Promise.resolve() : this.#preparing.then(() => {});
   }
 
-  async #prepareNow(mapping: Mapping, options: PrepareOptions): Promise<boolean> {
+  async #prepareNow(
+    mapping: Mapping,
+    options: PrepareOptions,
+    headDone: () => void,
+  ): Promise<boolean> {
     const page = this.#port.pageSizeBytes;
     const size = this.fileSizeBytes;
     const writerPage = () => this.#wrote - this.#wrote % page;
@@ -1068,6 +1094,8 @@ export class MappedFile {
     const adaptive = !writeZeros && !this.#positionalWrites;
     const live = () => this.#available && options.stopped?.() !== true;
     for (let at = from; at < size;) {
+      // The first chunk is done: the first appends find their pages ready.
+      if (at > from) headDone();
       // Only pages past the writer's, re-read before each chunk: it faulted
       // the ones it wrote, and pre-faulting a page that a flush has cleaned
       // would make it dirty again (written back twice, and never durable
