@@ -35,9 +35,13 @@
  * a checkpoint never counts a unit that is in memory only: a crash before
  * the file exists loses buffered units that re-dispatch puts back.
  *
- * Recovery follows RocketMQ: walk from the third-last file; the first unit
- * with a negative offset or a size ≤ 0 ends the queue. Unlike RocketMQ,
- * units cut off by {@link ConsumeQueue.recover} or
+ * Recovery after a clean close follows RocketMQ: walk from the third-last
+ * file; the first unit with a negative offset or a size ≤ 0 ends the
+ * queue. After a crash it does better: the walk starts at the file holding
+ * the checkpoint's consume-queue point and the queue ends there (or at a
+ * hole before it), so that re-dispatch rebuilds every unit a torn crash
+ * may have lost, in any file (see {@link ConsumeQueue.recover}). Unlike
+ * RocketMQ, units cut off by {@link ConsumeQueue.recover} or
  * {@link ConsumeQueue.truncateDirtyLogicFiles} are also zeroed on disk, so
  * a later crash cannot bring a stale unit back.
  *
@@ -591,29 +595,59 @@ export class ConsumeQueue {
   }
 
   /**
-   * Finds the end of the valid units, RocketMQ's way: from the third-last
-   * file, a unit with a negative offset or a size ≤ 0 ends the queue. Files
-   * past the end are deleted (unless read-only).
+   * Finds the end of the valid units; a unit with a negative offset or a
+   * size ≤ 0 ends the queue. Files past the end are deleted (unless
+   * read-only).
    *
-   * After a crash (`afterCrash`, the default) the rest of the last file is
-   * also zeroed up to its last non-zero byte: a torn crash can lose one page
-   * and keep a later one, so stale units may follow the first invalid one
-   * and must not come back once the queue grows over the gap. That takes a
-   * scan of the file's tail. After a clean close it is skipped: the store
+   * After a clean close (`afterCrash: false`) the walk starts at the
+   * third-last file, as RocketMQ's: every unit was flushed, so none is
+   * missing before it.
+   *
+   * After a crash (`afterCrash`, the default) that is not enough: a torn
+   * crash (or a power loss) can lose a page of an earlier file and keep
+   * later files' pages, and a hole below the queue's end would make
+   * re-dispatch skip the lost units as repeats. With
+   * `fromCommitLogOffset` (where re-dispatch will start; the checkpoint's
+   * consume-queue offset, below which every unit was flushed) the walk
+   * starts at the file holding the first unit at or past it, and that
+   * unit (or a hole before it) ends the queue: every unit from there on is
+   * rebuilt from the commit log by re-dispatch, so a unit half kept by a
+   * torn page (one straddling a page boundary) cannot survive either.
+   * With a negative one (a checkpoint without mqstore's block: no such
+   * point) the walk starts at the first file and the first hole ends the
+   * queue. Without it, RocketMQ's walk from the third-last file.
+   *
+   * After a crash the rest of the file holding the end is also zeroed up
+   * to its last non-zero byte, and later files are deleted, so stale units
+   * cannot come back once the queue grows over the gap. That takes a scan
+   * of the file's tail. After a clean close it is skipped: the store
    * zeroed every cut when it made it, and only appends followed, so
    * nothing but zeros lies past the end.
    *
    * @returns The end (offset + size) of the last valid unit's message, or
    *   -1 when the queue holds none.
    */
-  async recover(options: { afterCrash?: boolean } = {}): Promise<number> {
+  async recover(
+    options: { afterCrash?: boolean; fromCommitLogOffset?: number } = {},
+  ): Promise<number> {
     const files = this.#queue.files;
     if (files.length === 0) return this.#maxPhysicOffset;
-    let index = Math.max(0, files.length - 3);
+    const afterCrash = options.afterCrash !== false;
+    const from = afterCrash ? options.fromCommitLogOffset : undefined;
+    if (from !== undefined && !Number.isSafeInteger(from)) {
+      throw new RangeError(`fromCommitLogOffset ${from} must be a safe integer`);
+    }
+    // Read-only opens re-dispatch nothing: they cut at holes only.
+    const below = from !== undefined && !this.#readOnly ? from : -1;
+    let index = from === undefined
+      ? Math.max(0, files.length - 3)
+      : below >= 0
+      ? await this.#fileHolding(below)
+      : 0;
     let processOffset = (files[index] as MappedFile).fileFromOffset;
     for (; index < files.length; index++) {
       const file = files[index] as MappedFile;
-      const validBytes = await this.#scanValid(file, file.readPosition, -1);
+      const validBytes = await this.#scanValid(file, file.readPosition, below);
       processOffset = file.fileFromOffset + validBytes;
       if (validBytes < this.fileSizeBytes) break;
     }
@@ -629,8 +663,38 @@ export class ConsumeQueue {
     }
     this.#queue.flushedWhere = processOffset;
     this.#queue.committedWhere = processOffset;
-    await this.#cutAt(processOffset, options.afterCrash === false ? "none" : "scan");
+    await this.#cutAt(processOffset, afterCrash ? "scan" : "none");
     return this.#maxPhysicOffset;
+  }
+
+  /**
+   * Index of the last file whose first unit is valid and points below
+   * `commitLogOffset` (0 when none does): the file holding the first unit
+   * at or past it. Files are page-aligned, so a file's first unit is
+   * written whole or lost whole: a lost one (zeros) reads as invalid, and
+   * the search goes on back. Every file before the answer was flushed
+   * (it holds only units below the checkpoint), so a read of one unit per
+   * later file is all it costs.
+   */
+  async #fileHolding(commitLogOffset: number): Promise<number> {
+    const files = this.#queue.files;
+    for (let index = files.length - 1; index > 0; index--) {
+      const file = files[index] as MappedFile;
+      if (file.readPosition < CQ_UNIT_SIZE_BYTES) continue;
+      const range = await file.selectRange(0, CQ_UNIT_SIZE_BYTES);
+      if (range === undefined) continue;
+      let offset: number;
+      let size: number;
+      try {
+        const view = new DataView(range.bytes.buffer, range.bytes.byteOffset, CQ_UNIT_SIZE_BYTES);
+        offset = readInt64(view, 0);
+        size = view.getInt32(CQ_UNIT_SIZE_POSITION);
+      } finally {
+        range.release();
+      }
+      if (offset >= 0 && size > 0 && offset < commitLogOffset) return index;
+    }
+    return 0;
   }
 
   /**
@@ -1285,7 +1349,9 @@ export class ConsumeQueue {
         if (offset < 0 || size <= 0) break;
         if (belowOffset >= 0 && offset >= belowOffset) break;
         valid = at + CQ_UNIT_SIZE_BYTES;
-        this.#maxPhysicOffset = offset + size;
+        // A padding unit points at no message: its "end" (2 GiB) would
+        // make every later unit below it look like a repeat.
+        if (!(offset === 0 && size === CQ_PAD_UNIT_SIZE)) this.#maxPhysicOffset = offset + size;
       }
       return valid;
     } finally {

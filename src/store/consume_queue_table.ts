@@ -142,12 +142,16 @@ export class ConsumeQueueTable {
 
   /**
    * Recovers every queue ({@link ConsumeQueue.recover}); `afterCrash`
-   * (the default) also zeroes stale units a torn crash may have left.
+   * (the default) also zeroes stale units a torn crash may have left, and
+   * with `fromCommitLogOffset` (where re-dispatch starts) ends each queue
+   * before its first unit at or past it, for re-dispatch to rebuild.
    *
    * @returns The largest end (offset + size) of a message referenced by a
    *   unit, or -1 when no queue holds one.
    */
-  async recover(options: { afterCrash?: boolean } = {}): Promise<number> {
+  async recover(
+    options: { afterCrash?: boolean; fromCommitLogOffset?: number } = {},
+  ): Promise<number> {
     let maxPhysicOffset = -1;
     for (const queue of this.queues()) {
       maxPhysicOffset = Math.max(maxPhysicOffset, await queue.recover(options));

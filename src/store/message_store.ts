@@ -384,7 +384,13 @@ export class MessageStore {
         });
         await index.load(clean, checkpoint.indexMsgTimestamp);
       }
-      const consumeQueueEnd = await consumeQueues.recover({ afterCrash: !clean });
+      // After a crash every unit from the checkpoint's point on is rebuilt
+      // by re-dispatch (which starts there or before): a torn crash can
+      // leave holes in any file past it, not only in the last three.
+      const consumeQueueEnd = await consumeQueues.recover({
+        afterCrash: !clean,
+        fromCommitLogOffset: checkpoint.consumeQueueOffset,
+      });
       if (!readOnly) await removeEmptySegments(port, join(directory, "commitlog"));
       // Set once built: a commit that makes write-buffer bytes readable
       // wakes the dispatcher (transient store pool, no mmap).
