@@ -55,7 +55,7 @@ import {
   wholeBodyCrc,
   writeBodyCrcs,
 } from "../record/mod.ts";
-import { createLayout, isInt32 } from "../record/validate.ts";
+import { createLayout, isInt32, TAIL_HAS_DELAY, TAIL_HAS_WAIT } from "../record/validate.ts";
 import { assert } from "../assert.ts";
 import type { DispatchHints } from "./dispatch_hints.ts";
 import type { TopicQueueTable } from "./topic_queue_table.ts";
@@ -359,15 +359,32 @@ export class BatchEncoder {
         ) {
           if (properties === undefined) {
             size = bareSize + body.length;
-          } else if (
-            typeof properties === "object" && properties !== null &&
-            propertyOf(properties, PROPERTY_DELAY) === undefined
-          ) {
-            if (waiting && propertyOf(properties, PROPERTY_WAIT) === "false") waiting = false;
-            const propertiesBytes = tail.setProperties(properties);
-            if (propertiesBytes >= 0 && propertiesBytes <= PROPERTIES_LENGTH_MAX_BYTES) {
-              size = bareSize + body.length + propertiesBytes;
-              withProperties = true;
+          } else if (typeof properties === "object" && properties !== null) {
+            // Encoded first: the recorded pairs say whether DELAY or WAIT
+            // are there at all, and only then is the member's object asked
+            // (DELAY: the single path's verdict). A malformed member goes to
+            // the single path, which gives its error (a DELAY's first).
+            let propertiesBytes = -1;
+            try {
+              propertiesBytes = tail.setProperties(properties);
+            } catch {
+              // See above.
+            }
+            if (
+              propertiesBytes >= 0 && propertiesBytes <= PROPERTIES_LENGTH_MAX_BYTES &&
+              tail.pairsKnown
+            ) {
+              const flags = tail.batchFlags();
+              if ((flags & TAIL_HAS_DELAY) === 0) {
+                if (
+                  (flags & TAIL_HAS_WAIT) !== 0 && waiting &&
+                  propertyOf(properties, PROPERTY_WAIT) === "false"
+                ) {
+                  waiting = false;
+                }
+                size = bareSize + body.length + propertiesBytes;
+                withProperties = true;
+              }
             }
           }
         }

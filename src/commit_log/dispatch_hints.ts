@@ -45,6 +45,7 @@ import {
   TRANSACTION_ROLLBACK_TYPE,
 } from "../record/constants.ts";
 import { scheduleDelayMsOf } from "../record/dispatch.ts";
+import { PAIR_KEYS, PAIR_OTHER, PAIR_TAGS, PAIR_UNIQ_KEY, PAIR_WAIT } from "../record/validate.ts";
 import type { QueueCounter } from "./topic_queue_table.ts";
 
 /** The pairs of the message the encoder encoded last (its record tail). */
@@ -57,6 +58,21 @@ export interface EncodedPairs {
   pairName(i: number): string;
   /** Value of pair `i`. */
   pairValue(i: number): string;
+  /**
+   * The pair whose KEYS tokens {@link keysTokens} describes, or -1 (or
+   * absent): the key hashes are then taken from there.
+   */
+  readonly keysPair?: number;
+  /**
+   * For pair {@link keysPair}: the token count at 0 (-1: too many), then
+   * per token its Java hash from 0 and 31 to the power of its length.
+   */
+  readonly keysTokens?: Int32Array;
+  /**
+   * The kind of each pair's name (`PAIR_TAGS`, `PAIR_KEYS`, ... of
+   * record/validate.ts), when known: no string compares.
+   */
+  readonly pairKinds?: Int32Array;
 }
 
 /** Options of {@link DispatchHints}. */
@@ -349,17 +365,37 @@ export class DispatchHints {
     }
     let tags: string | undefined;
     let keys: string | undefined;
+    let keysAt = -1;
     let uniqKey: string | undefined;
     let delay: string | undefined;
-    for (let i = 0; i < count; i++) {
-      const value = pairs.pairValue(i);
-      // The decoded map drops a pair with an empty value; a later one wins.
-      if (value.length === 0) continue;
-      const name = pairs.pairName(i);
-      if (name === PROPERTY_TAGS) tags = value;
-      else if (name === PROPERTY_KEYS) keys = value;
-      else if (name === PROPERTY_UNIQ_KEY) uniqKey = value;
-      else if (name === PROPERTY_DELAY) delay = value;
+    const kinds = pairs.pairKinds;
+    if (kinds !== undefined) {
+      for (let i = 0; i < count; i++) {
+        const kind = kinds[i]!;
+        if (kind === PAIR_OTHER || kind === PAIR_WAIT) continue;
+        const value = pairs.pairValue(i);
+        // The decoded map drops a pair with an empty value; a later one wins.
+        if (value.length === 0) continue;
+        if (kind === PAIR_TAGS) tags = value;
+        else if (kind === PAIR_KEYS) {
+          keys = value;
+          keysAt = i;
+        } else if (kind === PAIR_UNIQ_KEY) uniqKey = value;
+        else delay = value;
+      }
+    } else {
+      for (let i = 0; i < count; i++) {
+        const value = pairs.pairValue(i);
+        // The decoded map drops a pair with an empty value; a later one wins.
+        if (value.length === 0) continue;
+        const name = pairs.pairName(i);
+        if (name === PROPERTY_TAGS) tags = value;
+        else if (name === PROPERTY_KEYS) {
+          keys = value;
+          keysAt = i;
+        } else if (name === PROPERTY_UNIQ_KEY) uniqKey = value;
+        else if (name === PROPERTY_DELAY) delay = value;
+      }
     }
     if (tags === undefined) {
       this.tagsCodes[slot] = 0;
@@ -387,7 +423,11 @@ export class DispatchHints {
       if (uniqKey !== undefined) {
         hashes[base + keyCount++] = continueHash(prefix, uniqKey, 0, uniqKey.length);
       }
-      if (keys !== undefined) keyCount = this.#stageKeys(keys, prefix, base, keyCount);
+      if (keys !== undefined) {
+        keyCount = keysAt === pairs.keysPair
+          ? this.#stageTokens(pairs.keysTokens!, prefix, base, keyCount)
+          : this.#stageKeys(keys, prefix, base, keyCount);
+      }
     }
     this.keyCounts[slot] = keyCount;
   }
@@ -430,6 +470,25 @@ export class DispatchHints {
     this.delaysMs.fill(-1, from, to);
     this.keyCounts.fill(0, from, to);
     this.runCounts.fill(0, from, to);
+  }
+
+  /**
+   * Puts the hashes of the KEYS tokens at `keyHashes[base + keyCount]` on
+   * from what the encoder took while writing them (see
+   * {@link EncodedPairs.keysTokens}): `hash(prefix + token)` is
+   * `prefix * 31^length + hash(token)` in 32-bit arithmetic.
+   *
+   * @returns The slot's key count, or {@link NO_HINT} past {@link HINT_KEYS_MAX}.
+   */
+  #stageTokens(tokens: Int32Array, prefix: number, base: number, keyCount: number): number {
+    const count = tokens[0]!;
+    if (count < 0 || keyCount + count > HINT_KEYS_MAX) return NO_HINT;
+    const hashes = this.keyHashes;
+    for (let t = 0; t < count; t++) {
+      hashes[base + keyCount + t] = (Math.imul(prefix, tokens[2 + 2 * t]!) + tokens[1 + 2 * t]!) |
+        0;
+    }
+    return keyCount + count;
   }
 
   /**

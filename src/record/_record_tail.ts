@@ -14,6 +14,14 @@
  * replaced, a key added, removed or reordered) is encoded again from the
  * first difference.
  *
+ * What the put path then needs from the pairs is worked out here too, as
+ * they are written, not looked up again for every message: the kind of
+ * each recorded name (TAGS, KEYS, UNIQ_KEY, DELAY, WAIT: a batch member's
+ * checks and the dispatch hints read a small integer instead of comparing
+ * strings) and, for a plain-ASCII KEYS value, the Java hash of each token
+ * taken in the pass that writes its bytes (the index keys' hashes follow
+ * from them with one multiply-add each).
+ *
  * Layout of {@link RecordTail.bytes}: the topic ends at {@link TOPIC_END}
  * (its length byte just before it), the int16 properties length sits at
  * `TOPIC_END` and the properties follow at {@link PROPERTIES_START}, so a new
@@ -25,11 +33,22 @@
 import {
   PROPERTIES_LENGTH_MAX_BYTES,
   PROPERTIES_LENGTH_SIZE_BYTES,
+  PROPERTY_DELAY,
+  PROPERTY_KEYS,
   PROPERTY_SEPARATOR,
+  PROPERTY_TAGS,
+  PROPERTY_UNIQ_KEY,
+  PROPERTY_WAIT,
   TOPIC_LENGTH_MAX_BYTES,
   TOPIC_LENGTH_SIZE_BYTES,
 } from "./constants.ts";
-import { type PropertiesInput, writePairName, writePairValue } from "./properties.ts";
+import {
+  KEYS_NOT_PLAIN,
+  type PropertiesInput,
+  writeKeysValue,
+  writePairName,
+  writePairValue,
+} from "./properties.ts";
 
 /** One past the topic's last byte (room for the longest topic and its length byte). */
 const TOPIC_END = TOPIC_LENGTH_SIZE_BYTES + TOPIC_LENGTH_MAX_BYTES;
@@ -45,6 +64,44 @@ const WRITE_SLACK_BYTES = 0x04;
  * bound keeps the cache's arrays small).
  */
 const CACHED_PAIRS_MAX = 0x40;
+/**
+ * KEYS tokens whose hashes are kept (the dispatch hints hold as many key
+ * hashes a record: HINT_KEYS_MAX); with more the hints hash them again.
+ */
+export const KEYS_TOKENS_MAX = 0x8;
+
+/** {@link RecordTail.pairKinds}: a name the put path does not look for. */
+export const PAIR_OTHER = 0x0;
+/** {@link RecordTail.pairKinds}: TAGS. */
+export const PAIR_TAGS = 0x1;
+/** {@link RecordTail.pairKinds}: KEYS. */
+export const PAIR_KEYS = 0x2;
+/** {@link RecordTail.pairKinds}: UNIQ_KEY. */
+export const PAIR_UNIQ_KEY = 0x3;
+/** {@link RecordTail.pairKinds}: DELAY. */
+export const PAIR_DELAY = 0x4;
+/** {@link RecordTail.pairKinds}: WAIT. */
+export const PAIR_WAIT = 0x5;
+
+/** {@link RecordTail.batchFlags}: a pair is named DELAY. */
+export const TAIL_HAS_DELAY = 0x1;
+/** {@link RecordTail.batchFlags}: a pair is named WAIT. */
+export const TAIL_HAS_WAIT = 0x2;
+
+/** The kind of a property name (see {@link RecordTail.pairKinds}). */
+function pairKindOf(name: string): number {
+  return name === PROPERTY_TAGS
+    ? PAIR_TAGS
+    : name === PROPERTY_KEYS
+    ? PAIR_KEYS
+    : name === PROPERTY_UNIQ_KEY
+    ? PAIR_UNIQ_KEY
+    : name === PROPERTY_DELAY
+    ? PAIR_DELAY
+    : name === PROPERTY_WAIT
+    ? PAIR_WAIT
+    : PAIR_OTHER;
+}
 
 /**
  * The encoded tail of the record being encoded. Not a public class: each
@@ -80,6 +137,61 @@ export class RecordTail {
   #same = 0;
   /** Pairs of the properties last set. */
   #count = 0;
+  /**
+   * The recorded pair whose value {@link keysTokens} describes (a KEYS
+   * pair written by `writeKeysValue`), or -1.
+   */
+  #keysPair = -1;
+  /** See {@link keysTokens}. */
+  readonly #keysTokens = new Int32Array(1 + 2 * KEYS_TOKENS_MAX);
+  /** See {@link pairKinds}. */
+  readonly #kinds = new Int32Array(CACHED_PAIRS_MAX);
+
+  /**
+   * The kind of each recorded pair's name (PAIR_TAGS, PAIR_KEYS, ...;
+   * the first {@link pairCount} when {@link pairsKnown}), worked out when
+   * the name is recorded: the put path then tells the names it looks for
+   * without comparing strings for every message.
+   */
+  get pairKinds(): Int32Array {
+    return this.#kinds;
+  }
+
+  /**
+   * For the properties last set, with {@link pairsKnown}: TAIL_HAS_DELAY
+   * when a pair is named DELAY, TAIL_HAS_WAIT when one is named WAIT (a
+   * batch member's checks: without either, no lookup in its object).
+   */
+  batchFlags(): number {
+    const kinds = this.#kinds;
+    const count = this.#count;
+    let flags = 0;
+    for (let i = 0; i < count; i++) {
+      const kind = kinds[i]!;
+      if (kind === PAIR_DELAY) flags |= TAIL_HAS_DELAY;
+      else if (kind === PAIR_WAIT) flags |= TAIL_HAS_WAIT;
+    }
+    return flags;
+  }
+
+  /**
+   * The pair whose KEYS tokens {@link keysTokens} holds, or -1: the
+   * dispatch hints take the key hashes from there instead of hashing the
+   * string again.
+   */
+  get keysPair(): number {
+    return this.#keysPair;
+  }
+
+  /**
+   * For pair {@link keysPair}: the token count at 0 (-1: more than
+   * {@link KEYS_TOKENS_MAX}), then per token its Java hash (from 0) and
+   * 31 to the power of its length, so that `hash(prefix + token)` is
+   * `prefixHash * power + hash`.
+   */
+  get keysTokens(): Int32Array {
+    return this.#keysTokens;
+  }
 
   /**
    * Pairs of the properties last set (the dispatch hints read them with
@@ -159,11 +271,18 @@ export class RecordTail {
         }
         const name = pair[0];
         const value = pair[1];
-        // The unchanged leading pairs, inline (see #pair): no call for them.
-        if (i === this.#same && i < this.#valid && name === names[i] && value === values[i]) {
-          p = ends[i]!;
-          this.#same = i + 1;
-          continue;
+        if (i === this.#same && i < this.#valid && name === names[i]) {
+          // The unchanged leading pairs, inline (see #pair): no call for them.
+          if (value === values[i]) {
+            p = ends[i]!;
+            this.#same = i + 1;
+            continue;
+          }
+          const end = this.#rewriteValue(i, name, value);
+          if (end >= 0) {
+            p = end;
+            continue;
+          }
         }
         p = this.#pair(i, name, value, p);
         if (p < 0) return p;
@@ -180,11 +299,19 @@ export class RecordTail {
       let i = 0;
       for (const name in record) {
         const value = record[name];
-        // The unchanged leading pairs, inline (see #pair): no call for them.
-        if (i === this.#same && i < this.#valid && name === names[i] && value === values[i]) {
-          p = ends[i]!;
-          this.#same = ++i;
-          continue;
+        if (i === this.#same && i < this.#valid && name === names[i]) {
+          // The unchanged leading pairs, inline (see #pair): no call for them.
+          if (value === values[i]) {
+            p = ends[i]!;
+            this.#same = ++i;
+            continue;
+          }
+          const end = this.#rewriteValue(i, name, value);
+          if (end >= 0) {
+            p = end;
+            i++;
+            continue;
+          }
         }
         p = this.#pair(i++, name, value, p);
         if (p < 0) return p;
@@ -202,6 +329,42 @@ export class RecordTail {
       this.bytes[TOPIC_END + 1] = length;
     }
     return length;
+  }
+
+  /**
+   * The common change in a batch, without {@link #pair}'s general
+   * bookkeeping: recorded pair `i`, in place (every pair before it
+   * unchanged) and of the same name, gets a new string value. Returns the
+   * position after it, or -1 to leave the pair to {@link #pair} (a value
+   * it must check, encode or refuse itself: not a string, a KEYS value
+   * that is not plain ASCII, a refused or oversized value).
+   */
+  #rewriteValue(i: number, name: string, value: unknown): number {
+    if (typeof value !== "string") return -1;
+    const valueStart = this.#valueStarts[i]!;
+    let end: number;
+    if (this.#kinds[i] === PAIR_KEYS) {
+      if (i !== this.#keysPair) return -1;
+      end = writeKeysValue(value, this.bytes, valueStart, this.#keysTokens, KEYS_TOKENS_MAX);
+      if (end === KEYS_NOT_PLAIN) {
+        // The tokens may be half overwritten: #pair hashes the value again or drops them.
+        return -1;
+      }
+    } else {
+      end = writePairValue(name, value, this.bytes, valueStart);
+      if (end < 0) return -1;
+    }
+    if (end - PROPERTIES_START > PROPERTIES_LENGTH_MAX_BYTES) return -1;
+    this.#values[i] = value;
+    if (end === this.#ends[i]) {
+      // Same length: the recorded pairs after it are where they were.
+      this.#same = i + 1;
+    } else {
+      this.#ends[i] = end;
+      this.#valid = i + 1;
+    }
+    this.#count = i + 1;
+    return end;
   }
 
   /**
@@ -225,26 +388,34 @@ export class RecordTail {
     }
     // From here on the bytes change: later records no longer describe them.
     if (valid > i) this.#valid = i;
+    if (this.#keysPair === i) this.#keysPair = -1;
     const into = this.bytes;
     let valueStart: number;
     if (inPlace && name === names[i]) {
       // The separator, the name and its 0x01 are in place.
       valueStart = this.#valueStarts[i]!;
-      p = writePairValue(name as string, value, into, valueStart);
     } else {
       if (i > 0) {
         if (p < into.length) into[p] = PROPERTY_SEPARATOR;
         p++;
       }
       valueStart = writePairName(name, value, into, p);
-      p = valueStart < 0 ? valueStart : writePairValue(name as string, value, into, valueStart);
+      if (valueStart < 0) return valueStart;
     }
+    p = KEYS_NOT_PLAIN;
+    if (name === PROPERTY_KEYS && typeof value === "string" && i < CACHED_PAIRS_MAX) {
+      p = writeKeysValue(value, into, valueStart, this.#keysTokens, KEYS_TOKENS_MAX);
+      // Kept only if the pair is recorded below (else #valid says the pairs are unknown).
+      if (p !== KEYS_NOT_PLAIN) this.#keysPair = i;
+    }
+    if (p === KEYS_NOT_PLAIN) p = writePairValue(name as string, value, into, valueStart);
     if (p < 0) return p;
     if (
       i === this.#valid && i < CACHED_PAIRS_MAX &&
       p - PROPERTIES_START <= PROPERTIES_LENGTH_MAX_BYTES
     ) {
       // writePairName checked both are strings.
+      if (names[i] !== name) this.#kinds[i] = pairKindOf(name as string);
       names[i] = name as string;
       values[i] = value as string;
       this.#valueStarts[i] = valueStart;

@@ -30,6 +30,19 @@ import type { MessageInput } from "./message.ts";
 import { describePropertiesProblem } from "./properties.ts";
 import { RecordTail } from "./_record_tail.ts";
 
+// What the commit log's batch encoder and dispatch hints read from a
+// layout's tail (RecordTail.pairKinds, RecordTail.batchFlags).
+export {
+  PAIR_DELAY,
+  PAIR_KEYS,
+  PAIR_OTHER,
+  PAIR_TAGS,
+  PAIR_UNIQ_KEY,
+  PAIR_WAIT,
+  TAIL_HAS_DELAY,
+  TAIL_HAS_WAIT,
+} from "./_record_tail.ts";
+
 /** Topic names RocketMQ accepts (TopicValidator). */
 export const TOPIC_PATTERN: RegExp = /^[%|a-zA-Z0-9_-]+$/;
 

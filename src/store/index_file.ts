@@ -209,6 +209,8 @@ export class IndexFile {
   /** The whole file: the mapping's view, or an in-memory copy. */
   #bytes: Uint8Array;
   #view: DataView;
+  /** What {@link #touchSlots} read (kept so that the reads are not dropped). */
+  #touched = 0;
   #readOnly: boolean;
   /**
    * Where a file prepared ahead lies until {@link IndexFile.activate}
@@ -509,6 +511,7 @@ export class IndexFile {
     storeTimestamps: Float64Array,
   ): number {
     this.#checkWritable();
+    this.#touchSlots(count, slots, keyCounts, keyHashes, stride);
     let indexCount = this.#indexCount;
     let firstEntry = -1;
     let timestamp = Number.NaN;
@@ -560,6 +563,35 @@ export class IndexFile {
       this.#markDirty(firstEntry, this.#entryPosition(indexCount));
     }
     return done;
+  }
+
+  /**
+   * Reads the hash slot of every key of a run before any entry is written.
+   * The slots are spread over megabytes, so most reads miss the caches;
+   * these reads depend on nothing, and the CPU overlaps their misses,
+   * where the writing loop would wait on each in turn (its read of a slot
+   * comes after the last entry's writes).
+   */
+  #touchSlots(
+    count: number,
+    slots: Int32Array,
+    keyCounts: Int32Array,
+    keyHashes: Int32Array,
+    stride: number,
+  ): void {
+    const view = this.#view;
+    const slotNum = this.hashSlotNum;
+    let sum = 0;
+    for (let d = 0; d < count; d++) {
+      const slot = slots[d]!;
+      const keyCount = keyCounts[slot]!;
+      const base = slot * stride;
+      for (let k = 0; k < keyCount; k++) {
+        const keyHash = indexKeyHashOf(keyHashes[base + k]!);
+        sum ^= view.getInt32(INDEX_HEADER_SIZE_BYTES + (keyHash % slotNum) * HASH_SLOT_SIZE_BYTES);
+      }
+    }
+    this.#touched = sum;
   }
 
   /**
