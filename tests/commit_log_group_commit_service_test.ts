@@ -85,7 +85,10 @@ interface Env {
   twoProducers(): Promise<void>;
 }
 
-async function open(splitMinBytes = 0): Promise<Env> {
+async function open(
+  splitMinBytes = 0,
+  onFlushed: (flushedWhere: number) => void = () => {},
+): Promise<Env> {
   const { port, held, holding } = holdingPort(new MemoryPort(runtimeName()));
   const clock = new ManualClock(1_000);
   const queue = new MappedFileQueue({
@@ -102,7 +105,7 @@ async function open(splitMinBytes = 0): Promise<Env> {
     syncFlushTimeoutMs: 5_000,
     checkpoint: await StoreCheckpoint.load(port, "/group/checkpoint"),
     stats: new StoreStats(),
-    onFlushed: () => {},
+    onFlushed,
     onError: (error) => errors.push(error),
     // 0: two flushes in flight whatever the load (100-byte puts here).
     splitMinBytes,
@@ -217,6 +220,35 @@ describe("GroupCommitService, two flushes in flight", () => {
     await turns();
     assert.equal(env.held.length, 1, "no second flush beside the first");
     assert.deepEqual(await drain([...first, ...more]), ["PUT_OK", "PUT_OK", "PUT_OK", "PUT_OK"]);
+    await env.groupCommit.close();
+    await env.queue.close();
+  });
+
+  test("GroupCommitService begins a group's flush at its last put and flushes a straggler on a turn", async () => {
+    const reported: number[] = [];
+    const env = await open(0x4000_0000, (flushedWhere) => reported.push(flushedWhere));
+    await env.twoProducers(); // a load of two producers
+    await turns();
+    assert.deepEqual(reported, [env.queue.flushedWhere], "nobody came back: reported on a turn");
+    // Both come back: the second put begins their flush, in its own step.
+    const a = env.put();
+    assert.equal(env.held.length, 0, "the first of two waits for the second");
+    const b = env.put();
+    assert.equal(env.held.length, 1, "the group's last put begins its flush");
+    env.held.splice(0)[0]!.release();
+    assert.equal((await a.answer).status, "PUT_OK");
+    assert.equal((await b.answer).status, "PUT_OK");
+    // One of the two comes back: it waits for the other a while, then for a turn.
+    const c = env.put();
+    assert.equal(env.held.length, 0);
+    await turns();
+    assert.equal(env.held.length, 1, "the straggler is flushed alone on a turn");
+    env.held.splice(0)[0]!.release();
+    assert.equal((await c.answer).status, "PUT_OK");
+    assert.equal(env.queue.flushedWhere, c.end);
+    await turns();
+    assert.equal(reported.at(-1), c.end);
+    assert.equal(env.groupCommit.isQuiet, true);
     await env.groupCommit.close();
     await env.queue.close();
   });

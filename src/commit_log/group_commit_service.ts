@@ -29,6 +29,11 @@
  * settled, split evenly over the flushes allowed: the producers it
  * answered are back); else on the next event-loop turn when no flush runs
  * (some producer did not come back), or when the flush in flight settles.
+ * That turn is taken only when the producers answered had
+ * `TURN_DEFER_HOPS` microtask hops to come back and something is still
+ * left to begin or report: the group's last put usually begins the next
+ * flush within two, and an immediate per group cost the thread one more
+ * pass of the event loop for nothing.
  * Splitting the load evenly keeps two groups of equal size alternating;
  * a flush begun on a turn for a few stragglers while another runs would
  * leave them as a small group of their own. A settling flush begins the
@@ -96,6 +101,13 @@ import type { PutMessageResult } from "./put_message_result.ts";
 import type { StoreCheckpoint } from "./store_checkpoint.ts";
 import type { StoreStats } from "./store_stats.ts";
 import { SplitTuner } from "./_split_tuner.ts";
+
+/**
+ * Microtask hops a group's producers get to put again before the group
+ * commit takes an event-loop turn for stragglers or a report (see
+ * `#deferTurn`): an answer reaches an `await store.putMessage()` in two.
+ */
+const TURN_DEFER_HOPS = 0x8;
 
 /** Options of {@link GroupCommitService}. */
 export interface GroupCommitServiceOptions {
@@ -229,6 +241,21 @@ export class GroupCommitService {
     else this.#chainTicking = false;
   };
   #reportBound = () => this.#report();
+  /**
+   * Microtask hops left before the look {@link GroupCommitService.#deferTurn}
+   * queued (0: none queued).
+   */
+  #deferHops = 0;
+  #deferTickBound = () => {
+    if (--this.#deferHops > 0) {
+      settled.then(this.#deferTickBound);
+      return;
+    }
+    // The producers answered had their hops to put again (their puts begin
+    // the next flush): a turn only for what is left to begin or report.
+    if (this.#unreported || this.#wanted || this.#uncoveredCount() > 0) this.#schedule();
+    else this.#wakeQuiet();
+  };
   /** The resolver {@link GroupCommitService.#takeResolveBound} was just handed. */
   #taken: Resolve | undefined;
   #takeResolveBound = (resolve: Resolve) => {
@@ -330,7 +357,8 @@ export class GroupCommitService {
   /** No put waits for a flush and none is in flight (or the service stopped). */
   get isQuiet(): boolean {
     return this.#closed || this.#failure !== undefined ||
-      (this.#flushesInFlight === 0 && !this.#scheduled && this.#head === this.#ends.length);
+      (this.#flushesInFlight === 0 && !this.#scheduled && this.#deferHops === 0 &&
+        this.#head === this.#ends.length);
   }
 
   #wakeQuiet(): void {
@@ -391,6 +419,22 @@ export class GroupCommitService {
     setImmediate(this.#runBound);
   }
 
+  /**
+   * Looks again after `TURN_DEFER_HOPS` microtask hops, and takes an
+   * event-loop turn then only if something is left to do (see the module
+   * doc). Each call gives the producers the full count again.
+   */
+  #deferTurn(): void {
+    if (this.#scheduled || this.#closed) return;
+    if (this.#deferHops === 0) settled.then(this.#deferTickBound);
+    this.#deferHops = TURN_DEFER_HOPS;
+  }
+
+  /** Waiters no begun flush covers. */
+  #uncoveredCount(): number {
+    return this.#ends.length - Math.max(this.#uncovered, this.#head);
+  }
+
   /** A look on a turn, or in a chain of lone flushes. */
   #run(): void {
     this.#maybeFlush(true);
@@ -432,7 +476,7 @@ export class GroupCommitService {
     if ((uncovered > 0 && uncovered >= share) || (onTurn && this.#flushesInFlight === 0)) {
       this.#beginFlush();
     } else if (!onTurn) {
-      this.#schedule();
+      this.#deferTurn();
     }
   }
 
@@ -544,7 +588,7 @@ export class GroupCommitService {
     // the rule counts them only where it asks for a lone one.)
     this.#maybeFlush(false);
     this.#answerUpTo(flushedWhere);
-    if (this.#unreported) this.#schedule();
+    if (this.#unreported) this.#deferTurn();
   }
 
   /**
