@@ -618,6 +618,22 @@ export class FsPort implements RuntimePort {
     }
   }
 
+  makeDirectorySync(path: string): void {
+    try {
+      fs.mkdirSync(path, { recursive: true });
+    } catch (error) {
+      throw systemError(error, "create directory", path);
+    }
+  }
+
+  listSync(path: string): string[] {
+    try {
+      return fs.readdirSync(path).sort();
+    } catch (error) {
+      throw systemError(error, "list", path);
+    }
+  }
+
   async makeDirectory(path: string): Promise<void> {
     await call<string | undefined>(
       "create directory",

@@ -20,7 +20,7 @@
  * | (and their `…Sync` forms)         |                                               |
  * | `syncDirectory(dir)`              | all of `dir`'s entries durable                |
  * | `writeFileAtomic`                 | content, entry and its directory durable      |
- * | `makeDirectory`                   | a durable directory at once (simplified)      |
+ * | `makeDirectory` (and `…Sync`)     | a durable directory at once (simplified)      |
  *
  * A created file's name is durable once its directory is synced; before
  * that a crash removes it. Its size (the `posix_fallocate`) is durable
@@ -1219,6 +1219,12 @@ export class MemoryPort implements RuntimePort {
   async makeDirectory(path: string): Promise<void> {
     checkPath(path);
     await Promise.resolve();
+    this.makeDirectorySync(path);
+  }
+
+  /** {@link makeDirectory} at once (see `RuntimePort.makeDirectorySync`). */
+  makeDirectorySync(path: string): void {
+    checkPath(path);
     let directory = this.#disk.root;
     for (const name of resolve(path).split("/")) {
       if (name === "") continue;
@@ -1244,6 +1250,12 @@ export class MemoryPort implements RuntimePort {
   async list(path: string): Promise<string[]> {
     checkPath(path);
     await Promise.resolve();
+    return this.listSync(path);
+  }
+
+  /** {@link list} at once (see `RuntimePort.listSync`). */
+  listSync(path: string): string[] {
+    checkPath(path);
     const node = this.#disk.lookup(resolve(path));
     if (node === undefined || node.kind !== "directory") {
       throw new MqStoreError("NOT_FOUND", `Cannot list ${path}: ENOENT`);

@@ -435,6 +435,14 @@ export interface RuntimePort {
   renameSync?(from: string, to: string): void;
   /** {@link RuntimePort.remove} on the JavaScript thread; see {@link RuntimePort.createFileSync}. */
   removeSync?(path: string): void;
+  /**
+   * {@link RuntimePort.makeDirectory} on the JavaScript thread; see
+   * {@link RuntimePort.createFileSync}: a new consume queue's directory,
+   * made while a producer that never yields keeps the thread busy.
+   */
+  makeDirectorySync?(path: string): void;
+  /** {@link RuntimePort.list} on the JavaScript thread; see {@link RuntimePort.makeDirectorySync}. */
+  listSync?(path: string): string[];
   /** Reads a whole (small) file, or undefined if it does not exist. */
   readFile(path: string): Promise<Uint8Array | undefined>;
   /**

@@ -193,12 +193,22 @@ export class MappedFileQueue {
   async load(): Promise<void> {
     this.#checkOpen("load");
     assert(this.#files.length === 0, "load() runs once, on an empty queue");
-    if (!this.#readOnly) await this.#port.makeDirectory(this.directory);
-    const names = await this.#port.list(this.directory);
+    // On the JavaScript thread where the port can: a new consume queue's
+    // first file is created under a producer that may never yield, and
+    // each awaited step would wait for a turn of the event loop.
+    const port = this.#port;
+    if (!this.#readOnly) {
+      if (port.makeDirectorySync !== undefined) port.makeDirectorySync(this.directory);
+      else await port.makeDirectory(this.directory);
+    }
+    const names = port.listSync?.(this.directory) ?? await port.list(this.directory);
     const offsets: number[] = [];
     for (const name of names) {
       if (isTemporarySegmentName(name)) {
-        if (!this.#readOnly) await this.#port.remove(joinPath(this.directory, name));
+        if (this.#readOnly) continue;
+        const path = joinPath(this.directory, name);
+        if (port.removeSync !== undefined) port.removeSync(path);
+        else await port.remove(path);
         continue;
       }
       const offset = parseSegmentFileName(name);

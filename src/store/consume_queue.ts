@@ -21,8 +21,8 @@
  * once it is. Where the allocator creates files synchronously (the port
  * has the synchronous calls) a creation ends within microtasks, and the
  * hold at a roll lasts only until the microtasks of the hand-over run.
- * Where it does not, and for a new queue's first file (its directory is
- * made and listed with awaited I/O), one synchronous put in
+ * Where it does not (or the port cannot make and list a new queue's
+ * directory synchronously, for its first file), one synchronous put in
  * `TURN_EVERY_UNITS` (from half the file on) defers to the awaited path
  * while such a creation runs, which lets the event loop turn: the
  * creation's I/O completes even under a producer that never yields.
@@ -80,7 +80,7 @@ const PREPARE_AHEAD_NUMERATOR = 1;
 const PREPARE_AHEAD_DENOMINATOR = 8;
 /**
  * While a file the queue will need is being created with awaited I/O (a
- * port without the synchronous calls, or a new queue's first file) and
+ * port without the synchronous calls) and
  * the last file is half full or more (or units wait in memory), one
  * synchronous put in this
  * many declines ({@link ConsumeQueue.putUnitNow} answers undefined) and
@@ -469,15 +469,19 @@ export class ConsumeQueue {
     // (2.5 M units/s × 0.15 s × 20 B = 7.5 MB at full speed, however many
     // queues), each at most one file (6 MB by default).
     this.#inMemoryCapBytes = this.fileSizeBytes;
-    // Its directory is made and listed with awaited I/O: this creation
-    // needs turns, whatever the allocator.
+    // Its directory is made and listed on the JavaScript thread where the
+    // port can (see MappedFileQueue.load): with a synchronous allocator
+    // the creation then ends within microtasks and needs no turn.
+    const port = this.#port;
+    const synchronous = this.#allocator?.createsSynchronously === true &&
+      port.makeDirectorySync !== undefined && port.listSync !== undefined;
     this.#startPendingFile(
       async () => {
         await this.#queue.load();
         return await this.#queue.getOrCreateLastMappedFile(0);
       },
       onError,
-      true,
+      !synchronous,
     );
   }
 
