@@ -45,9 +45,11 @@ const MADVICE: Readonly<Record<Advice, number>> = {
   sequential: LINUX.MADV_SEQUENTIAL,
   willneed: LINUX.MADV_WILLNEED,
   dontneed: LINUX.MADV_DONTNEED,
+  hugepage: LINUX.MADV_HUGEPAGE,
 };
 
-const FADVICE: Readonly<Record<Advice, number>> = {
+/** No file-cache advice stands for `"hugepage"`: it is for mappings only. */
+const FADVICE: Readonly<Record<Exclude<Advice, "hugepage">, number>> = {
   normal: LINUX.POSIX_FADV_NORMAL,
   random: LINUX.POSIX_FADV_RANDOM,
   sequential: LINUX.POSIX_FADV_SEQUENTIAL,
@@ -349,7 +351,7 @@ class FsFileHandle implements FileHandle {
   }
 
   adviseCache(position: number, length: number, advice: Advice): void {
-    if (this.#native === undefined || this.#closed) return;
+    if (this.#native === undefined || this.#closed || advice === "hugepage") return;
     this.#native.fadvise(this.#fd, position, length, FADVICE[advice]);
   }
 

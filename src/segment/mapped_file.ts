@@ -176,8 +176,9 @@ export interface CreateMappedFileOptions extends MappedFileOptions {
   /**
    * Advise the mapping `MADV_RANDOM` before any page is touched (SPEC §2),
    * so its page cache is made of 4 KiB folios: a small flush then writes
-   * only its pages. False leaves the default advice, under which the
-   * kernel backs the range with large folios (up to 2 MiB): writeback
+   * only its pages. False advises `MADV_HUGEPAGE` instead (see
+   * `PrepareOptions.randomAccess`), under which the kernel backs the
+   * range with large folios (2 MiB): writeback
    * costs about half the CPU and a backlog drains about twice as fast,
    * but a folio dirtied while it is written back is written again whole
    * (see `FlushRealTimeService`).
@@ -231,7 +232,15 @@ export interface PrepareOptions {
   writeZeros?: boolean;
   /**
    * Advise the part prepared `MADV_RANDOM` (SPEC §2); false advises
-   * `MADV_NORMAL` (large folios: see `CreateMappedFileOptions.randomAccess`).
+   * `MADV_NORMAL` (large folios: see `CreateMappedFileOptions.randomAccess`)
+   * and `MADV_HUGEPAGE`, so that the folios are 2 MiB from the first fault
+   * on instead of after the kernel's ramp from 4 KiB over the first
+   * megabytes. Measured (C, Linux 6.18, ext4, a fresh fallocated 1 GiB
+   * file, 4 MiB chunks): `MADV_POPULATE_WRITE` of the first chunk 1.4–1.6
+   * ms instead of 6–8 ms (of 128 MiB: 35 ms instead of 51, and 220 under
+   * `MADV_RANDOM`); a writer faulting the fresh pages itself (memset), as
+   * one that never yields does past the pre-fault chunk in flight, 2.7–2.9
+   * GB/s instead of 1.5–1.9 (0.5 under `MADV_RANDOM`).
    *
    * @default {true}
    */
@@ -417,7 +426,14 @@ export class MappedFile {
         // Before any page is touched: under the default advice the kernel
         // may back the range with large folios, and a later 4 KiB flush
         // then writes up to 2 MiB (SPEC §2).
-        if (options.randomAccess !== false) mapping.advise(0, options.fileSizeBytes, "random");
+        // Large folios asked for (randomAccess false): 2 MiB ones from the
+        // first fault on, not after the kernel's ramp from 4 KiB (see
+        // PrepareOptions.randomAccess).
+        mapping.advise(
+          0,
+          options.fileSizeBytes,
+          options.randomAccess !== false ? "random" : "hugepage",
+        );
       }
     } catch (error) {
       if (poolBuffer !== undefined) options.pool?.giveBack(poolBuffer);
@@ -1084,7 +1100,12 @@ export class MappedFile {
     const writerPage = () => this.#wrote - this.#wrote % page;
     const from = writerPage();
     if (!this.#available || from >= size) return false;
-    mapping.advise(from, size - from, options.randomAccess === false ? "normal" : "random");
+    if (options.randomAccess === false) {
+      mapping.advise(from, size - from, "normal");
+      mapping.advise(from, size - from, "hugepage");
+    } else {
+      mapping.advise(from, size - from, "random");
+    }
     const populate = options.populate !== false;
     const writeZeros = options.writeZeros === true;
     let chunk = writeZeros ? PREPARE_WRITE_CHUNK_BYTES : PREPARE_POPULATE_CHUNK_BYTES;
