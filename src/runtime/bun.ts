@@ -25,7 +25,7 @@
  * range runs on a flush worker thread (`_bun_worker.ts`; up to
  * `FLUSH_WORKERS_MAX` of them, a second one started only when flushes
  * overlap), apart from the pre-fault thread, so a flush never queues behind
- * a pre-fault. The first is booted by the first writable mapping (a thread
+ * a pre-fault. The first of each is booted by the first writable mapping (a thread
  * takes 35–90 ms to start), and idle threads do not keep the process
  * alive. The flush has to be range-accurate: the segment layer pre-faults
  * with `MADV_POPULATE_WRITE`, which marks every page of the segment dirty
@@ -325,9 +325,14 @@ class BunLibc implements NativeLibc {
       released: false,
     };
     this.#orphans.register(buffer, state, state);
-    // A writable mapping will be flushed: boot a flush thread now rather
-    // than on the first (latency-critical) flush.
-    if (writable) this.#flushWorkers.warm();
+    // A writable mapping will be flushed and pre-faulted: boot a flush
+    // thread and the pre-fault thread now rather than on the first
+    // (latency-critical) flush, or on the first pre-fault, which a store's
+    // open waits for (35–90 ms of booting on it).
+    if (writable) {
+      this.#flushWorkers.warm();
+      this.#adviceWorker.warm();
+    }
     return { bytes: new Uint8Array(buffer), length, handle: state };
   }
 
