@@ -9,12 +9,27 @@
  *                 else: RocketMQ's walk back to the newest segment whose
  *                       first record is ≤ checkpoint min timestamp − 3 s
  * index:          clean: checkpoint.indexOffset, else as the queues
- *                 unclean: the last kept file's endPhyOffset (files newer
- *                          than the checkpoint were dropped)
+ *                 unclean: checkpoint.indexOffset, or where the files the
+ *                          load dropped (newer than the checkpoint) began
+ *                          when that is earlier
+ *                 unclean, no mqstore block: the last kept file's
+ *                          endPhyOffset, else the first record
  * ```
  *
  * mqstore's own offsets are preferred to timestamps: a clock stepped back
  * cannot make recovery skip records.
+ *
+ * The index's checkpoint offset was written after every index file was
+ * flushed: each key of a record before it is in a file, kept or dropped
+ * by the load (a file written after the checkpoint has a newer
+ * endTimestamp once its header is durable, or is caught prepared). So
+ * re-dispatch starts there, or where the dropped files began. Before this
+ * rule a store whose messages carry no key (no index file at all), or
+ * whose last key is old, replayed the whole log (or everything since
+ * that key) after every crash. RocketMQ starts the abnormal recovery
+ * from the consume queues' timestamp only (`messageIndexSafe` off, its
+ * default), or from the index's too when it is on; this is that safe
+ * mode with offsets.
  *
  * @module
  */
@@ -75,9 +90,16 @@ export async function recoveryStart(input: RecoveryStartInput): Promise<Recovery
     let indexStart: number;
     if (input.clean) {
       indexStart = checkpoint.indexOffset >= 0 ? checkpoint.indexOffset : consumeQueueStart;
+    } else if (checkpoint.indexOffset >= 0) {
+      // Every key before the checkpoint's point is in a kept file or in a
+      // dropped one: rebuild those from their beginning.
+      const droppedFrom = index.loadReport.droppedFromOffset;
+      indexStart = droppedFrom >= 0
+        ? Math.min(checkpoint.indexOffset, droppedFrom)
+        : checkpoint.indexOffset;
     } else {
-      // Files newer than the checkpoint were dropped: rebuild from the
-      // last entry kept, or from the start when none is left.
+      // A checkpoint without offsets (RocketMQ's): rebuild from the last
+      // entry kept, or from the start when none is left.
       indexStart = indexSkipThrough >= 0 ? indexSkipThrough : minOffset;
     }
     from = Math.min(from, clamp(indexStart));

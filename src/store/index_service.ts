@@ -112,6 +112,24 @@ export interface IndexRequest {
   keys: readonly string[];
 }
 
+/** What {@link IndexService.load} dropped. */
+export interface IndexLoadReport {
+  /**
+   * Files that may have held entries and were deleted (left out when
+   * read-only): newer than the checkpoint after an unclean exit, or
+   * caught prepared by a crash. Re-dispatch rebuilds their entries.
+   */
+  droppedFiles: number;
+  /**
+   * No entry of a dropped file is for a record before this commit-log
+   * offset or the checkpoint's index point: the least beginPhyOffset of
+   * the dropped files' headers (or end of the file before one); -1 when
+   * only files caught prepared (which hold keys of records after the
+   * checkpoint's index point only), or none, were dropped.
+   */
+  droppedFromOffset: number;
+}
+
 /** What {@link IndexService.queryOffset} returns (RocketMQ's `QueryOffsetResult`). */
 export interface QueryOffsetResult {
   /** Offsets of messages whose key hash matches, newest first. */
@@ -159,6 +177,8 @@ export class IndexService {
    * writes to the checkpoint's indexMsgTimestamp on a roll).
    */
   #indexMsgTimestamp = 0;
+  /** What {@link load} dropped. */
+  #loadReport: IndexLoadReport = { droppedFiles: 0, droppedFromOffset: -1 };
   /** A build is in progress (builds are sequential, in dispatch order). */
   #building = false;
   /** A file creation in progress. */
@@ -169,6 +189,13 @@ export class IndexService {
   #prepared: Promise<IndexFile> | undefined;
   /** Background flushes of full files, chained (never rejects). */
   #rollFlushes: Promise<void> = Promise.resolve();
+  /**
+   * The last file and its indexCount when the last completed {@link flush}
+   * began (see {@link isFlushed}); `#flushedOnce` false until one did.
+   */
+  #flushedFile: IndexFile | undefined;
+  #flushedIndexCount = 0;
+  #flushedOnce = false;
   /** An activated file's new name is not yet durable (directory not synced). */
   #directoryUnsynced = false;
   #closed = false;
@@ -196,17 +223,22 @@ export class IndexService {
    * Opens the index files in name order (RocketMQ's `load`). After an
    * unclean exit (`lastExitOK` false), files whose endTimestamp is newer
    * than the checkpoint's `indexMsgTimestamp` are deleted (left out when
-   * read-only): recovery re-dispatches their messages.
+   * read-only): recovery re-dispatches their messages. So are files a
+   * crash caught prepared (see the module doc).
    *
+   * @returns What was dropped (also {@link loadReport}): recovery
+   *   re-dispatches from the checkpoint's index point, or from where the
+   *   dropped files began when that is earlier.
    * @throws {MqStoreError} `INVALID_FILE` for a file of another size.
    */
-  async load(lastExitOK: boolean, indexMsgTimestamp: number): Promise<void> {
+  async load(lastExitOK: boolean, indexMsgTimestamp: number): Promise<IndexLoadReport> {
     this.#checkOpen();
     if (this.#files.length > 0) {
       throw new MqStoreError("UNSUPPORTED", "The index is loaded already");
     }
     if (!this.#readOnly) await this.#port.makeDirectory(this.directory);
-    if (await this.#port.stat(this.directory) === undefined) return;
+    this.#loadReport = { droppedFiles: 0, droppedFromOffset: -1 };
+    if (await this.#port.stat(this.directory) === undefined) return this.#loadReport;
     const listed = await this.#port.list(this.directory);
     if (!this.#readOnly) {
       // Prepared ahead and never put in use: it holds no entry.
@@ -215,6 +247,13 @@ export class IndexService {
       }
     }
     const names = listed.filter((name) => INDEX_FILE_NAME_PATTERN.test(name)).sort();
+    // Files that may have held entries and are gone (not the empty ones,
+    // which never held any).
+    let dropped = 0;
+    let droppedFrom = Number.POSITIVE_INFINITY;
+    // endPhyOffset of the file before, in name (creation) order: a file
+    // put in use after it holds entries from there on.
+    let previousEnd: number | undefined;
     try {
       for (const name of names) {
         const path = `${this.directory}/${name}`;
@@ -235,10 +274,29 @@ export class IndexService {
         // A prepared file a crash caught between its rename and the flush
         // of its first header: no entry of it is durable.
         if (file.isPreparedMark || (!lastExitOK && file.endTimestamp > indexMsgTimestamp)) {
+          // A header that made it to disk has the begin of its time (the
+          // previous file's end, then the first entry's offset). One still
+          // marked prepared was never flushed in use: put in use after the
+          // last flush began, it holds only keys of records dispatched
+          // after the checkpoint's index point, and bounds nothing.
+          if (!file.isPreparedMark) {
+            droppedFrom = Math.min(
+              droppedFrom,
+              file.beginPhyOffset,
+              previousEnd ?? Number.POSITIVE_INFINITY,
+            );
+            previousEnd = file.endPhyOffset;
+          }
           if (this.#readOnly) await file.close();
           else await file.destroy();
+          dropped++;
+          // The deletion must be durable before the checkpoint moves past
+          // the file's end (the next flush syncs the directory): back, it
+          // would be kept, its entries twice in the index.
+          this.#directoryUnsynced = !this.#readOnly;
           continue;
         }
+        previousEnd = file.endPhyOffset;
         this.#files.push(file);
       }
     } catch (error) {
@@ -246,10 +304,24 @@ export class IndexService {
       throw error;
     }
     this.#indexMsgTimestamp = indexMsgTimestamp;
+    this.#loadReport = {
+      droppedFiles: dropped,
+      droppedFromOffset: Number.isFinite(droppedFrom) ? droppedFrom : -1,
+    };
+    const last = this.#files[this.#files.length - 1];
+    // A clean close flushed every file: what was loaded is durable.
+    this.#flushedOnce = lastExitOK && !this.#readOnly;
+    this.#flushedFile = last;
+    this.#flushedIndexCount = last?.indexCount ?? 0;
     // The first file (or the next, when the last is ¾ full) is prepared
     // now, in the background: the first keys need not wait for it.
-    const last = this.#files[this.#files.length - 1];
     if (last === undefined || last.indexCount >= this.#prepareAtCount) this.#prepareAfter(last);
+    return this.#loadReport;
+  }
+
+  /** What {@link load} dropped (none before a load). */
+  get loadReport(): IndexLoadReport {
+    return this.#loadReport;
   }
 
   /** The files, oldest first. */
@@ -468,12 +540,31 @@ export class IndexService {
    */
   async flush(): Promise<number> {
     this.#checkOpen();
+    // What this flush makes durable at least: every entry in by now.
+    const last = this.#files[this.#files.length - 1];
+    const indexCount = last?.indexCount ?? 0;
     // A file's flush must not overlap another of the same file (the
     // second would return before the first made the bytes durable).
     await this.#rollFlushes;
     for (const file of this.#files) await file.flush();
     await this.#syncDirectory();
+    this.#flushedFile = last;
+    this.#flushedIndexCount = indexCount;
+    this.#flushedOnce = true;
     return this.#files[this.#files.length - 1]?.endTimestamp ?? 0;
+  }
+
+  /**
+   * Whether every entry is durable: no entry went in (and no file rolled)
+   * since a completed {@link flush} began. False until this service's
+   * first flush (what a crash left in the page cache is not known to be
+   * durable). The consume-queue flusher reads it to move the checkpoint's
+   * index point without flushing the index.
+   */
+  get isFlushed(): boolean {
+    const last = this.#files[this.#files.length - 1];
+    return this.#flushedOnce && last === this.#flushedFile &&
+      (last === undefined || last.indexCount === this.#flushedIndexCount);
   }
 
   /**
