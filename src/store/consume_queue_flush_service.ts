@@ -15,11 +15,22 @@
  * is durable once the flush returns, so recovery may start re-dispatch
  * there.
  *
+ * A least-pages flush moves the consume-queue point too (and writes the
+ * checkpoint file), but only when it happened to flush every queue up to
+ * the end its units had at the snapshot (a queue with fewer dirty pages
+ * than `flushConsumeQueueLeastPages` is left alone, and the point with
+ * it); the index point moves with it only when no key went into the
+ * index since its last flush (it is flushed at thorough flushes only). So
+ * under a steady load an abnormal open rebuilds about one interval of
+ * units, not up to `flushConsumeQueueThoroughInterval` of them.
+ *
  * @module
  */
 
 import type { StoreCheckpoint } from "../commit_log/store_checkpoint.ts";
 import type { Clock } from "../segment/clock.ts";
+import { CQ_UNIT_SIZE_BYTES } from "./_consume_queue_constants.ts";
+import type { ConsumeQueue } from "./consume_queue.ts";
 import type { ConsumeQueueTable } from "./consume_queue_table.ts";
 import type { IndexService } from "./index_service.ts";
 
@@ -133,8 +144,11 @@ export class ConsumeQueueFlushService {
   async #flush(leastPages: number, thorough: boolean): Promise<void> {
     const options = this.#options;
     const progress = options.progress();
-    await options.consumeQueues.flush(leastPages);
-    if (leastPages !== 0) return;
+    if (leastPages !== 0) {
+      await this.#flushLeastPages(leastPages, progress);
+      return;
+    }
+    await options.consumeQueues.flush(0);
     const checkpoint = options.checkpoint;
     if (progress.timestampMs > 0) checkpoint.logicsMsgTimestamp = progress.timestampMs;
     checkpoint.consumeQueueOffset = progress.offset;
@@ -144,5 +158,33 @@ export class ConsumeQueueFlushService {
       checkpoint.indexOffset = progress.offset;
     }
     if (thorough) await checkpoint.flush();
+  }
+
+  /**
+   * A least-pages flush; moves the checkpoint's points to `progress` when
+   * it made every unit before it durable (see the module doc).
+   */
+  async #flushLeastPages(leastPages: number, progress: DispatchProgress): Promise<void> {
+    const options = this.#options;
+    const checkpoint = options.checkpoint;
+    // In the turn of the progress snapshot: every unit of a record before
+    // progress.offset is below its queue's end now.
+    const ends: Array<[ConsumeQueue, number]> = [];
+    for (const queue of options.consumeQueues.queues()) {
+      ends.push([queue, queue.maxOffsetInQueue * CQ_UNIT_SIZE_BYTES]);
+    }
+    const indexFlushed = options.index?.isFlushed ?? true;
+    await options.consumeQueues.flush(leastPages);
+    if (progress.offset <= checkpoint.consumeQueueOffset) return;
+    for (const [queue, end] of ends) {
+      if (queue.flushedWhere < end) return;
+    }
+    if (progress.timestampMs > 0) checkpoint.logicsMsgTimestamp = progress.timestampMs;
+    checkpoint.consumeQueueOffset = progress.offset;
+    if (options.index !== undefined && indexFlushed) {
+      if (progress.timestampMs > 0) checkpoint.indexMsgTimestamp = progress.timestampMs;
+      checkpoint.indexOffset = progress.offset;
+    }
+    await checkpoint.flush();
   }
 }
