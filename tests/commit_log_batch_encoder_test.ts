@@ -215,12 +215,13 @@ function batchEncode(
   end: number,
   placement: { queueOffset: number; offset: number },
   placed = false,
+  shared?: { batch: BatchEncoder; table: TopicQueueTable },
 ): Reference {
   const encoder = new MessageEncoder({ maxMessageSizeBytes: MAX_BYTES, now: () => NOW_MS });
-  const table = new TopicQueueTable();
+  const table = shared?.table ?? new TopicQueueTable();
   const first = messages[0]!;
   table.counter(first.topic, first.queueId).next = placement.queueOffset;
-  const batch = new BatchEncoder(encoder, table);
+  const batch = shared?.batch ?? new BatchEncoder(encoder, table);
   const bytes = new Uint8Array(length);
   const hints = new DispatchHints({ withKeys: true });
   const result = placed
@@ -334,6 +335,29 @@ describe("BatchEncoder", () => {
       },
     );
   }
+
+  test("encode() writes each batch's topic with one encoder over many batches and topic changes", () => {
+    const next = prng(11);
+    const encoder = new MessageEncoder({ maxMessageSizeBytes: MAX_BYTES, now: () => NOW_MS });
+    const table = new TopicQueueTable();
+    const shared = { batch: new BatchEncoder(encoder, table), table };
+    // Past the batches where the encoder sets its topic every time, and
+    // back and forth between topics of other lengths.
+    const topics = [...Array(24).fill(TOPIC), "T", "T", "AnotherTopic", TOPIC, "T", TOPIC];
+    for (const [round, topic] of topics.entries()) {
+      const batch = randomBatch(next, 2 + Math.floor(next() * 20), 120).map((m) => ({
+        ...m,
+        topic,
+      }));
+      const placement = { queueOffset: round * 100, offset: round * 0x10000 };
+      const placed = round % 2 === 0;
+      assertSameEncoding(
+        batchEncode(batch, 2 * MAX_BYTES, 0, MAX_BYTES, placement, placed, shared),
+        referenceEncode(batch, 2 * MAX_BYTES, 0, MAX_BYTES, placement),
+        `round ${round} (${topic})`,
+      );
+    }
+  });
 
   test("encode() refuses a batch with a bad member anywhere as the single path does, writing nothing", () => {
     const next = prng(7);

@@ -71,6 +71,12 @@ const HEADER_WORDS_V4 = 0x0A;
 const HEADER_WORDS_MAX = HEADER_WORDS_V4 + 2 * (HOST_V6_EXTRA_BYTES / 4);
 /** Record sizes remembered at first; the array doubles for larger batches. */
 const INITIAL_SIZES = 0x400;
+/**
+ * Batches whose encode sets the topic again even when it did not change
+ * (see {@link BatchEncoder.encode}): the topic-change call gets type
+ * feedback while the encoder is still unoptimized.
+ */
+const TOPIC_FEEDBACK_BATCHES = 0x10;
 /** Bytes in a topic length field. */
 const TOPIC_LENGTH_BYTES = 0x01;
 /** Bytes in a properties length field. */
@@ -133,6 +139,8 @@ export class BatchEncoder {
   #bareBytes = 0;
   /** The topic {@link #bare} and {@link #tail} hold. */
   #topic: string | undefined;
+  /** Batches whose topic was set, up to {@link TOPIC_FEEDBACK_BATCHES}. */
+  #topicSets = 0;
   /** The first record's words from sysFlag to reconsumeTimes. */
   readonly #header = new Int32Array(HEADER_WORDS_MAX);
   /** Record sizes of the batch encoded last. */
@@ -316,7 +324,18 @@ export class BatchEncoder {
       }
       const afterHeader = SYS_FLAG_POSITION + 4 * headerWords;
       const bareSize = RECORD_FIXED_SIZE_BYTES + v6Hosts * HOST_V6_EXTRA_BYTES + topic.length;
-      if (topic !== this.#topic) this.#setTopic(topic);
+      // A new encoder (a new store in the process) sets its first topic in
+      // code V8 optimized while the process's first encoder ran: with no
+      // type feedback for this call (V8 records none in a function's first
+      // call, the only one where that encoder's topic changed), it threw
+      // the optimized encode away there (seen with `--trace-deopt`) and the
+      // new store's first batches ran unoptimized while encode, 70 ms of
+      // TurboFan work, was compiled again. Set again in the first batches,
+      // the call has its feedback.
+      if (topic !== this.#topic || this.#topicSets < TOPIC_FEEDBACK_BATCHES) {
+        this.#topicSets++;
+        this.#setTopic(topic);
+      }
       const tail = this.#tail;
       const bare = this.#bareView;
       const bareLast = this.#bareBytes - 4;

@@ -67,6 +67,27 @@ import type { TransientStorePool } from "./transient_store_pool.ts";
  */
 const POPULATE_CHUNK_MAX_BYTES = 0x400_0000;
 
+/**
+ * Detaches a throwaway buffer that a DataView has seen, once, when this
+ * module loads. V8 (Deno, Node) compiles DataView accesses assuming no
+ * such buffer was ever detached, until one is: then it throws away every
+ * optimized function that assumed it. A segment's unmap detaches its
+ * buffer (that is what makes the unmap safe), so the first segment closed
+ * in a process (a store's close, a retention delete) deoptimized the put
+ * path (the batch encoder, the CRC, the consume-queue and int64 writers:
+ * seen with `--trace-deopt --trace-protector-invalidation`), and the next
+ * store's first batches ran unoptimized while V8 compiled them again.
+ * Done up front, the code is compiled once, with the detach checks it
+ * would carry after the first unmap anyway. JavaScriptCore (Bun) makes no
+ * such assumption: there it costs one tiny copy.
+ */
+function assumeDetachedBuffers(): void {
+  const buffer = new ArrayBuffer(0x8);
+  new DataView(buffer).setUint8(0, 0);
+  structuredClone(buffer, { transfer: [buffer] });
+}
+assumeDetachedBuffers();
+
 /** Where appends of a {@link MappedFile} go; see the module doc. */
 export type WriteMode = "mapping" | "pool" | "window" | "read-only";
 
@@ -320,8 +341,15 @@ export class MappedFile {
   #refCount = 1;
   /** False once closing began: no new holds. */
   #available = true;
-  /** When closing began (for forced retirement). */
-  #retiredAtMs = 0;
+  /**
+   * When closing began (for forced retirement). Starts as a double (NaN:
+   * not retired): a wall-clock ms value is no small integer, and a field
+   * V8 holds as one changes representation at the first store of such a
+   * value, which deprecates the class's object shape and deoptimizes
+   * every function compiled against it (the put path, at the first close
+   * in a process; seen with `--trace-deopt`).
+   */
+  #retiredAtMs = Number.NaN;
   /** Resolvers waiting for the last reference to go. */
   #releaseWaiters: Array<() => void> = [];
   /** Unmap and close, started when the last reference goes (or by force). */
