@@ -26,10 +26,12 @@ import { StoreCheckpoint } from "../commit_log/store_checkpoint.ts";
 import { DispatchHints } from "../commit_log/dispatch_hints.ts";
 import { StoreStats, type StoreStatsSnapshot } from "../commit_log/store_stats.ts";
 import { totalmem } from "node:os";
+import { performance } from "node:perf_hooks";
 import { MqStoreError } from "../errors.ts";
 import { indexKeysOf, type MessageInput, parseOffsetMsgId, tagsCodeOf } from "../record/mod.ts";
 import { createPort } from "../runtime/mod.ts";
 import type { DirectoryLock, RuntimePort } from "../runtime/port.ts";
+import { nextTurn } from "../segment/clock.ts";
 import { ConsumeQueueFlushService } from "./consume_queue_flush_service.ts";
 import { ConsumeQueueTable } from "./consume_queue_table.ts";
 import { Dispatcher } from "./dispatcher.ts";
@@ -173,6 +175,22 @@ const HOURS_MS = 3_600_000;
  * grow for as long as it runs. 4 MiB is about 10 ms of puts.
  */
 const DISPATCH_LAG_MAX_BYTES = 0x40_0000;
+/**
+ * Longest stretch, in ms, of ASYNC_FLUSH puts answered in the caller's turn
+ * before one is answered after a turn of the event loop. A producer that
+ * awaits puts in a loop gives the loop no turn of its own: without this the
+ * store's own timers (the flush interval), the completions of its
+ * off-thread work (flushes, pre-faults) and everything else in the process
+ * (a server's sockets) would wait until the loop ends. Measured (a 4 s
+ * loop of awaited 1000 × 128 B batches, Deno and Bun): without the turn a
+ * 100 ms interval timer fired 0–2 times of 40 and the commit log was
+ * flushed 0–2 times; with it, 35 of 40 and 11–31 flushes, at the same
+ * msgs/s (the flushes' CPU, which the loop used to leave to close, now
+ * runs alongside it).
+ */
+const TURN_INTERVAL_MS = 10;
+/** Puts answered between two looks at the clock for {@link TURN_INTERVAL_MS}. */
+const TURN_CHECK_EVERY_PUTS = 32;
 
 /**
  * An open store.
@@ -227,6 +245,10 @@ export class MessageStore {
   #diskCheck: Promise<boolean> | undefined;
   /** Puts accepted by the store and not answered yet (close waits for them). */
   #putsInFlight = 0;
+  /** Puts left before the next look at the clock (see {@link TURN_INTERVAL_MS}). */
+  #putsToClockCheck = 0;
+  /** When the next put answered in the caller's turn yields one first. */
+  #turnDueMs = 0;
   #putsDrained: (() => void) | undefined;
   /** Subscribers waiting for the next dispatch (or close). */
   #dispatchWaiters = new Set<() => void>();
@@ -588,7 +610,12 @@ export class MessageStore {
     if (append === undefined) return Promise.resolve(answer);
     this.#dispatcher.dispatchNow();
     if (append.wroteOffset - this.#dispatcher.dispatchedOffset <= DISPATCH_LAG_MAX_BYTES) {
-      return Promise.resolve(answer);
+      if (--this.#putsToClockCheck > 0) return Promise.resolve(answer);
+      this.#putsToClockCheck = TURN_CHECK_EVERY_PUTS;
+      const now = performance.now();
+      if (now < this.#turnDueMs) return Promise.resolve(answer);
+      this.#turnDueMs = now + TURN_INTERVAL_MS;
+      return nextTurn().then(() => answer);
     }
     // The message is stored whatever dispatch does next: the answer only
     // waits, and a closed store or failed dispatch ends the wait.
