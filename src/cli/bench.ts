@@ -193,8 +193,14 @@ const POOL_SEGMENT_SIZE_DEFAULT_BYTES = 0x1000_0000;
 const SEGMENT_END_RESERVE_BYTES = 8;
 /** Latency samples kept at most (32 MiB of float64). */
 const LATENCY_SAMPLES_MAX = 0x40_0000;
-/** One put in this many is timed under async flush (timing every one costs more than the put). */
-const ASYNC_SAMPLE_EVERY = 16;
+/**
+ * One put in this many is timed under async flush (timing every one costs
+ * more than the put). Prime, so the sample does not lock onto anything
+ * periodic in the put path: the store looks at the clock every 32 puts
+ * to give the event loop a turn, and with one put in 16 timed every such
+ * put was in the sample (p99.9 1.5–1.9 ms, where 0.04 % of puts wait).
+ */
+const ASYNC_SAMPLE_EVERY = 17;
 /** Messages one getMessages call asks for. */
 const READ_PAGE_COUNT = 0x100;
 /** Distinct TAGS values. */
