@@ -452,6 +452,52 @@ function memlockLimitText(): string {
   return match[1] === "unlimited" ? "unlimited" : `${match[1]} bytes`;
 }
 
+/** Refuses a size {@link FsPort.createFile} cannot give a file. */
+function checkCreateSize(path: string, sizeBytes: number): void {
+  if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
+    throw new RangeError(`Cannot create ${path}: size ${sizeBytes} must be a positive integer`);
+  }
+}
+
+/**
+ * Gives the file just created its blocks with `posix_fallocate` (a
+ * synchronous call); false where the caller must size it instead
+ * (`ftruncate`): a sparse file, or no native library.
+ */
+function allocate(
+  native: NativeLibc | undefined,
+  fd: number,
+  sizeBytes: number,
+  options: CreateFileOptions,
+  path: string,
+): boolean {
+  if (native === undefined || options.sparse === true) return false;
+  const errno = native.fallocate(fd, 0, sizeBytes);
+  if (errno !== 0) throw errnoError(errno, "allocate", path);
+  return true;
+}
+
+/** Closes and removes a file whose creation failed, and throws why. */
+function discardCreated(fd: number, path: string, error: unknown): never {
+  fs.closeSync(fd);
+  fs.rmSync(path, { force: true });
+  throw systemError(error, "create", path);
+}
+
+/** The handle of the file just opened, refused unless it is a regular file. */
+function regularFileHandle(
+  fd: number,
+  path: string,
+  readOnly: boolean,
+  stat: fs.Stats,
+  native: NativeLibc | undefined,
+): FsFileHandle {
+  if (!stat.isFile()) {
+    throw new MqStoreError("INVALID_FILE", `Cannot open ${path}: not a regular file`);
+  }
+  return new FsFileHandle(fd, path, readOnly, stat.size, native);
+}
+
 /** The `node:fs` based port; see the module doc. */
 export class FsPort implements RuntimePort {
   readonly runtime: RuntimeName;
@@ -486,28 +532,18 @@ export class FsPort implements RuntimePort {
     sizeBytes: number,
     options: CreateFileOptions = {},
   ): Promise<FileHandle> {
-    if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
-      throw new RangeError(
-        `Cannot create ${path}: size ${sizeBytes} must be a positive integer`,
-      );
-    }
+    checkCreateSize(path, sizeBytes);
     const fd = await call<number>(
       "create",
       path,
       (cb) => fs.open(path, "wx+", 0o644, cb),
     );
     try {
-      const native = this.#native;
-      if (native === undefined || options.sparse === true) {
+      if (!allocate(this.#native, fd, sizeBytes, options, path)) {
         await call<void>("size", path, (cb) => fs.ftruncate(fd, sizeBytes, cb));
-      } else {
-        const errno = native.fallocate(fd, 0, sizeBytes);
-        if (errno !== 0) throw errnoError(errno, "allocate", path);
       }
     } catch (error) {
-      fs.closeSync(fd);
-      fs.rmSync(path, { force: true });
-      throw systemError(error, "create", path);
+      discardCreated(fd, path, error);
     }
     return new FsFileHandle(fd, path, false, sizeBytes, this.#native);
   }
@@ -524,10 +560,7 @@ export class FsPort implements RuntimePort {
     );
     try {
       const stat = await call<fs.Stats>("stat", path, (cb) => fs.fstat(fd, cb));
-      if (!stat.isFile()) {
-        throw new MqStoreError("INVALID_FILE", `Cannot open ${path}: not a regular file`);
-      }
-      return new FsFileHandle(fd, path, readOnly, stat.size, this.#native);
+      return regularFileHandle(fd, path, readOnly, stat, this.#native);
     } catch (error) {
       fs.closeSync(fd);
       throw systemError(error, "open", path);
@@ -535,11 +568,7 @@ export class FsPort implements RuntimePort {
   }
 
   createFileSync(path: string, sizeBytes: number, options: CreateFileOptions = {}): FileHandle {
-    if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
-      throw new RangeError(
-        `Cannot create ${path}: size ${sizeBytes} must be a positive integer`,
-      );
-    }
+    checkCreateSize(path, sizeBytes);
     let fd: number;
     try {
       fd = fs.openSync(path, "wx+", 0o644);
@@ -547,17 +576,9 @@ export class FsPort implements RuntimePort {
       throw systemError(error, "create", path);
     }
     try {
-      const native = this.#native;
-      if (native === undefined || options.sparse === true) {
-        fs.ftruncateSync(fd, sizeBytes);
-      } else {
-        const errno = native.fallocate(fd, 0, sizeBytes);
-        if (errno !== 0) throw errnoError(errno, "allocate", path);
-      }
+      if (!allocate(this.#native, fd, sizeBytes, options, path)) fs.ftruncateSync(fd, sizeBytes);
     } catch (error) {
-      fs.closeSync(fd);
-      fs.rmSync(path, { force: true });
-      throw systemError(error, "create", path);
+      discardCreated(fd, path, error);
     }
     return new FsFileHandle(fd, path, false, sizeBytes, this.#native);
   }
@@ -571,11 +592,7 @@ export class FsPort implements RuntimePort {
       throw systemError(error, "open", path);
     }
     try {
-      const stat = fs.fstatSync(fd);
-      if (!stat.isFile()) {
-        throw new MqStoreError("INVALID_FILE", `Cannot open ${path}: not a regular file`);
-      }
-      return new FsFileHandle(fd, path, readOnly, stat.size, this.#native);
+      return regularFileHandle(fd, path, readOnly, fs.fstatSync(fd), this.#native);
     } catch (error) {
       fs.closeSync(fd);
       throw systemError(error, "open", path);
