@@ -217,6 +217,15 @@ export interface OpenMappedFileOptions extends MappedFileOptions {
    * @default {false}
    */
   readOnly?: boolean;
+  /**
+   * `path` already open, with the access `readOnly` asks for (a consume
+   * queue's file opened through `RuntimePort.openFileSync`, so that the
+   * open takes no awaited I/O): mapped instead of opening `path` again,
+   * owned by the file from then on, and closed if the open fails.
+   *
+   * @default {undefined}
+   */
+  handle?: FileHandle;
 }
 
 /** Options of the closing methods of {@link MappedFile}. */
@@ -488,7 +497,7 @@ export class MappedFile {
   static async open(options: OpenMappedFileOptions): Promise<MappedFile> {
     checkOptions(options);
     const readOnly = options.readOnly === true;
-    const handle = await options.port.openFile(options.path, { readOnly });
+    const handle = options.handle ?? await options.port.openFile(options.path, { readOnly });
     let mapping: Mapping | undefined;
     try {
       if (handle.sizeBytes !== options.fileSizeBytes) {

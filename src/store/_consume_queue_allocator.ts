@@ -124,11 +124,10 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
   /** Directories whose background sync failed: the next {@link whenNamesDurable} syncs again. */
   #unsyncedDirectories = new Set<string>();
   /**
-   * The port whose `openFile` answers at once (see {@link SyncOpeningPort}),
-   * or undefined where the port lacks the synchronous calls: creations
-   * then take the awaited path.
+   * Whether the port has the synchronous calls a creation with no awaited
+   * I/O needs; without them creations take the awaited path.
    */
-  #syncPort: RuntimePort | undefined;
+  #synchronous: boolean;
   /**
    * Files created synchronously whose size and name are not durable yet,
    * by directory, then path: their creation handle, kept open for the
@@ -143,11 +142,9 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     this.#sparse = options.sparse === true;
     this.#clock = options.clock;
     const port = options.port;
-    this.#syncPort = port.openFileSync !== undefined && port.createFileSync !== undefined &&
-        port.statSync !== undefined && port.renameSync !== undefined &&
-        port.removeSync !== undefined
-      ? new SyncOpeningPort(port)
-      : undefined;
+    this.#synchronous = port.openFileSync !== undefined && port.createFileSync !== undefined &&
+      port.statSync !== undefined && port.renameSync !== undefined &&
+      port.removeSync !== undefined;
   }
 
   /**
@@ -156,7 +153,7 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
    * loop, and a queue need not give turns for it.
    */
   get createsSynchronously(): boolean {
-    return this.#syncPort !== undefined;
+    return this.#synchronous;
   }
 
   /** Whether the file `path` is prepared, created and not handed over yet. */
@@ -353,9 +350,7 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
     renameAfter?: Promise<unknown>,
   ): Promise<MappedFile> {
     const port = this.#port;
-    if (this.#syncPort !== undefined) {
-      return await this.#createNow(this.#syncPort, path, fileSizeBytes);
-    }
+    if (this.#synchronous) return await this.#createNow(path, fileSizeBytes);
     await createSegmentName(port, path, fileSizeBytes, {
       sparse: this.#sparse,
       renameAfter,
@@ -382,22 +377,27 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
    * nothing made durable (see {@link whenNamesDurable}). In the order
    * creations start, so a directory's files appear in order.
    */
-  async #createNow(
-    syncPort: RuntimePort,
-    path: string,
-    fileSizeBytes: number,
-  ): Promise<MappedFile> {
-    const handle = createSegmentNow(syncPort, path, fileSizeBytes, { sparse: this.#sparse })!;
+  async #createNow(path: string, fileSizeBytes: number): Promise<MappedFile> {
+    const port = this.#port;
+    const handle = createSegmentNow(port, path, fileSizeBytes, { sparse: this.#sparse })!;
     const directory = directoryOf(path);
     let created = this.#notDurable.get(directory);
     if (created === undefined) this.#notDurable.set(directory, created = new Map());
     created.set(path, handle);
     let file: MappedFile;
     try {
-      file = await MappedFile.open({ port: syncPort, path, fileSizeBytes, clock: this.#clock });
+      // Opened on this thread: the open then maps it within microtasks.
+      const opened = port.openFileSync!(path);
+      file = await MappedFile.open({
+        port,
+        path,
+        fileSizeBytes,
+        clock: this.#clock,
+        handle: opened,
+      });
     } catch (error) {
       await this.#forgetNotDurable(path);
-      syncPort.removeSync!(path);
+      port.removeSync!(path);
       throw error;
     }
     file.prepare({ populate: false }).catch(ignore);
@@ -430,89 +430,3 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
 }
 
 function ignore(): void {}
-
-/**
- * A port whose `openFile` answers at once through `openFileSync`, for
- * `MappedFile.open` of a file just created: with it, and the mapping that
- * the FFI and memory adapters make at once, the open takes microtasks
- * only. Everything else is the wrapped port's.
- */
-class SyncOpeningPort implements RuntimePort {
-  readonly runtime: RuntimePort["runtime"];
-  readonly adapter: RuntimePort["adapter"];
-  readonly canMap: boolean;
-  readonly pageSizeBytes: number;
-  #port: RuntimePort;
-
-  constructor(port: RuntimePort) {
-    this.#port = port;
-    this.runtime = port.runtime;
-    this.adapter = port.adapter;
-    this.canMap = port.canMap;
-    this.pageSizeBytes = port.pageSizeBytes;
-  }
-
-  openFile(...args: Parameters<RuntimePort["openFile"]>): ReturnType<RuntimePort["openFile"]> {
-    try {
-      return Promise.resolve(this.#port.openFileSync!(...args));
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  }
-
-  createFile(
-    ...args: Parameters<RuntimePort["createFile"]>
-  ): ReturnType<RuntimePort["createFile"]> {
-    return this.#port.createFile(...args);
-  }
-  makeDirectory(path: string): Promise<void> {
-    return this.#port.makeDirectory(path);
-  }
-  list(path: string): Promise<string[]> {
-    return this.#port.list(path);
-  }
-  stat(path: string): ReturnType<RuntimePort["stat"]> {
-    return this.#port.stat(path);
-  }
-  rename(from: string, to: string): Promise<void> {
-    return this.#port.rename(from, to);
-  }
-  remove(path: string): Promise<void> {
-    return this.#port.remove(path);
-  }
-  syncDirectory(path: string): Promise<void> {
-    return this.#port.syncDirectory(path);
-  }
-  readFile(path: string): ReturnType<RuntimePort["readFile"]> {
-    return this.#port.readFile(path);
-  }
-  writeFileAtomic(path: string, bytes: Uint8Array): Promise<void> {
-    return this.#port.writeFileAtomic(path, bytes);
-  }
-  diskSpace(path: string): ReturnType<RuntimePort["diskSpace"]> {
-    return this.#port.diskSpace(path);
-  }
-  lockDirectory(path: string): ReturnType<RuntimePort["lockDirectory"]> {
-    return this.#port.lockDirectory(path);
-  }
-  allocateLockedBuffer(sizeBytes: number): ReturnType<RuntimePort["allocateLockedBuffer"]> {
-    return this.#port.allocateLockedBuffer(sizeBytes);
-  }
-  createFileSync(
-    ...args: Parameters<NonNullable<RuntimePort["createFileSync"]>>
-  ): FileHandle {
-    return this.#port.createFileSync!(...args);
-  }
-  openFileSync(...args: Parameters<NonNullable<RuntimePort["openFileSync"]>>): FileHandle {
-    return this.#port.openFileSync!(...args);
-  }
-  statSync(path: string): ReturnType<NonNullable<RuntimePort["statSync"]>> {
-    return this.#port.statSync!(path);
-  }
-  renameSync(from: string, to: string): void {
-    this.#port.renameSync!(from, to);
-  }
-  removeSync(path: string): void {
-    this.#port.removeSync!(path);
-  }
-}
