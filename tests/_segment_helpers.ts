@@ -177,3 +177,41 @@ export function spyPort(
     },
   });
 }
+
+/**
+ * `inner`, with every mapping of the files it creates or opens (awaited or
+ * synchronous calls) passed through `wrapMapping`; with `only`, just the
+ * files whose path it accepts.
+ */
+export function mappingsPort(
+  inner: RuntimePort,
+  wrapMapping: (mapping: Mapping) => Mapping,
+  only: (path: string) => boolean = () => true,
+): RuntimePort {
+  const wrapHandle = (handle: FileHandle): FileHandle =>
+    new Proxy(handle, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key === "map") {
+          return async (offset?: number, length?: number) =>
+            wrapMapping(await target.map(offset, length));
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  const wrapIf = (path: unknown, handle: FileHandle): FileHandle =>
+    only(String(path)) ? wrapHandle(handle) : handle;
+  return new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile" || key === "openFile") {
+        return async (...args: unknown[]) => wrapIf(args[0], await value.apply(target, args));
+      }
+      if (key === "createFileSync" || key === "openFileSync") {
+        return (...args: unknown[]) => wrapIf(args[0], value.apply(target, args));
+      }
+      return value.bind(target);
+    },
+  });
+}

@@ -15,12 +15,11 @@ import path from "node:path";
 import { describe, test } from "node:test";
 import { MessageStore } from "../src/store/message_store.ts";
 import { MemoryPort } from "../src/runtime/mod.ts";
-import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type { Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
-import { segmentName } from "./_segment_helpers.ts";
+import { mappingsPort, segmentName } from "./_segment_helpers.ts";
 import {
   body,
-  commitLogHandlesPort,
   openMemoryStore,
   SEGMENT_BYTES,
   segmentNames,
@@ -43,17 +42,7 @@ function populateLog(inner: RuntimePort): { port: RuntimePort; events: string[] 
         return typeof value === "function" ? value.bind(target) : value;
       },
     });
-  const port = commitLogHandlesPort(inner, (handle: FileHandle) =>
-    new Proxy(handle, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (key === "map") {
-          return async (offset?: number, length?: number) =>
-            wrapMapping(await target.map(offset, length));
-        }
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    }));
+  const port = mappingsPort(inner, wrapMapping, (path) => path.includes("/commitlog/"));
   return { port, events };
 }
 

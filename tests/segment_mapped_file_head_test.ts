@@ -12,9 +12,10 @@ import { describe, test } from "node:test";
 import { setImmediate } from "node:timers";
 import { MappedFile } from "../src/segment/mapped_file.ts";
 import { PREPARE_POPULATE_CHUNK_BYTES } from "../src/segment/constants.ts";
-import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type { Mapping, RuntimePort } from "../src/runtime/port.ts";
 import {
   adapterCases,
+  mappingsPort,
   type SegmentEnv,
   segmentName,
   settle,
@@ -56,27 +57,7 @@ function populateGates(inner: RuntimePort): PopulateGates {
         return typeof value === "function" ? value.bind(target) : value;
       },
     });
-  const wrapHandle = (handle: FileHandle): FileHandle =>
-    new Proxy(handle, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (key === "map") {
-          return async (offset?: number, length?: number) =>
-            wrapMapping(await target.map(offset, length));
-        }
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    });
-  const port = new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (key === "createFile" || key === "openFile") {
-        return async (...args: unknown[]) =>
-          wrapHandle(await (value as (...a: unknown[]) => Promise<FileHandle>).apply(target, args));
-      }
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
+  const port = mappingsPort(inner, wrapMapping);
   return {
     port,
     events,

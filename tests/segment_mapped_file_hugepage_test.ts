@@ -11,10 +11,11 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import { describe, test } from "node:test";
 import { createPort, MemoryPort } from "../src/runtime/mod.ts";
-import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type { Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { MappedFile } from "../src/segment/mapped_file.ts";
 import { makeTempDirectory, removeDirectory } from "./_helpers.ts";
+import { mappingsPort } from "./_segment_helpers.ts";
 
 const SEGMENT_BYTES = 0x40_0000;
 const PATH = "/s/00000000000000000000";
@@ -34,32 +35,7 @@ function adviceSpyPort(inner: RuntimePort, log: string[]): RuntimePort {
         };
       },
     });
-  const wrapHandle = (handle: FileHandle): FileHandle =>
-    new Proxy(handle, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (typeof value !== "function") return value;
-        if (key === "map") {
-          return async (...args: unknown[]) => wrapMapping(await value.apply(target, args));
-        }
-        return value.bind(target);
-      },
-    });
-  return new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (typeof value !== "function") return value;
-      if (key === "createFile" || key === "openFile" || key === "createFileSync") {
-        return (...args: unknown[]) => {
-          const handle = value.apply(target, args);
-          return handle instanceof Promise
-            ? handle.then((h: FileHandle) => wrapHandle(h))
-            : wrapHandle(handle as FileHandle);
-        };
-      }
-      return value.bind(target);
-    },
-  });
+  return mappingsPort(inner, wrapMapping);
 }
 
 /** The `VmFlags` of this process's mapping of `path`, or undefined. */

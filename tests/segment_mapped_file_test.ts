@@ -8,11 +8,12 @@ import {
   PREPARE_POPULATE_CHUNK_BYTES,
   PREPARE_WRITE_CHUNK_BYTES,
 } from "../src/segment/constants.ts";
-import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type { Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { TransientStorePool } from "../src/segment/transient_store_pool.ts";
 import { pattern } from "./_helpers.ts";
 import {
   adapterCases,
+  mappingsPort,
   rejectsWithCode,
   type SegmentEnv,
   segmentName,
@@ -115,27 +116,7 @@ function gatedPopulatePort(inner: RuntimePort): {
         return typeof value === "function" ? value.bind(target) : value;
       },
     });
-  const wrapHandle = (handle: FileHandle): FileHandle =>
-    new Proxy(handle, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (key === "map") {
-          return async (offset?: number, length?: number) =>
-            wrapMapping(await target.map(offset, length));
-        }
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    });
-  const port = new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (key === "createFile" || key === "openFile") {
-        return async (...args: unknown[]) =>
-          wrapHandle(await (value as (...a: unknown[]) => Promise<FileHandle>).apply(target, args));
-      }
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
+  const port = mappingsPort(inner, wrapMapping);
   return { port, events, open };
 }
 
