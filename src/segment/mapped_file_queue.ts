@@ -187,10 +187,14 @@ export class MappedFileQueue {
    * last with {@link truncateDirtyFiles}. Half-made segments (`.tmp`) from
    * an interrupted creation are removed.
    *
+   * @param options `beforeOffset`: segments starting at or past it are
+   *   left out (not opened, not removed): a read-only consume queue
+   *   leaves out what a crash left of unfinished creations, which a
+   *   writable load removes.
    * @throws {MqStoreError} `INVALID_FILE` for a segment of another size, a
    *   name that is not a multiple of the segment size, or a gap.
    */
-  async load(): Promise<void> {
+  async load(options: { beforeOffset?: number } = {}): Promise<void> {
     this.#checkOpen("load");
     assert(this.#files.length === 0, "load() runs once, on an empty queue");
     // On the JavaScript thread where the port can: a new consume queue's
@@ -212,7 +216,9 @@ export class MappedFileQueue {
         continue;
       }
       const offset = parseSegmentFileName(name);
-      if (offset !== undefined) offsets.push(offset);
+      if (offset !== undefined && offset < (options.beforeOffset ?? Number.POSITIVE_INFINITY)) {
+        offsets.push(offset);
+      }
     }
     offsets.sort((a, b) => a - b);
     this.#checkContiguous(offsets);

@@ -9,9 +9,11 @@
  *                 else: RocketMQ's walk back to the newest segment whose
  *                       first record is ≤ checkpoint min timestamp − 3 s
  * index:          clean: checkpoint.indexOffset, else as the queues
- *                 unclean: checkpoint.indexOffset, or where the files the
- *                          load dropped (newer than the checkpoint) began
- *                          when that is earlier
+ *                 unclean: checkpoint.indexOffset (the load cut the files
+ *                          back to it), or where the files the load had
+ *                          to drop (newer than the checkpoint, not cut
+ *                          for a chain a power loss broke) began when that
+ *                          is earlier
  *                 unclean, no mqstore block: the last kept file's
  *                          endPhyOffset, else the first record
  * ```
@@ -20,10 +22,11 @@
  * cannot make recovery skip records.
  *
  * The index's checkpoint offset was written after every index file was
- * flushed: each key of a record before it is in a file, kept or dropped
- * by the load (a file written after the checkpoint has a newer
- * endTimestamp once its header is durable, or is caught prepared). So
- * re-dispatch starts there, or where the dropped files began. Before this
+ * flushed: each key of a record before it is in a file, kept (cut back to
+ * the offset after a crash) or dropped by the load (a file written after
+ * the checkpoint has a newer endTimestamp once its header is durable, or
+ * is caught prepared). So re-dispatch starts there, or where the dropped
+ * files began. Before this
  * rule a store whose messages carry no key (no index file at all), or
  * whose last key is old, replayed the whole log (or everything since
  * that key) after every crash. RocketMQ starts the abnormal recovery

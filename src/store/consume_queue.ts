@@ -380,14 +380,17 @@ export class ConsumeQueue {
   /**
    * Opens the files on disk (all counted as full until {@link recover}),
    * after removing what a crash can leave of files created and not made
-   * durable yet (see {@link #removeUnfinishedFiles}).
+   * durable yet (see {@link #removeUnfinishedFiles}). Read-only, those
+   * are left out instead (on disk as they are): a tool opening a crashed
+   * store beside no writer sees the queue a writable open would recover,
+   * not an `INVALID_FILE` for a lost name before a kept one.
    *
    * @throws {MqStoreError} `INVALID_FILE` for a file of another size.
    */
   async load(): Promise<void> {
     assert(this.#pendingFile === undefined, `${this.directory} is loaded or started, not both`);
-    if (!this.#readOnly) await this.#removeUnfinishedFiles();
-    await this.#queue.load();
+    const beforeOffset = await this.#removeUnfinishedFiles();
+    await this.#queue.load({ beforeOffset });
   }
 
   /**
@@ -401,15 +404,18 @@ export class ConsumeQueue {
    * (the `.tmp` names go in `MappedFileQueue.load`); re-dispatch rebuilds
    * their units from the commit log. A short file that is not last, or
    * the only one, is left for load to refuse: that is a different file
-   * size, not an unfinished creation.
+   * size, not an unfinished creation. Read-only, nothing is removed.
+   *
+   * @returns Where the first file removed (or left out) starts; undefined
+   *   when there is none.
    */
-  async #removeUnfinishedFiles(): Promise<void> {
+  async #removeUnfinishedFiles(): Promise<number | undefined> {
     const port = this.#port;
     let names: string[];
     try {
       names = await port.list(this.directory);
     } catch (error) {
-      if (error instanceof MqStoreError && error.code === "NOT_FOUND") return;
+      if (error instanceof MqStoreError && error.code === "NOT_FOUND") return undefined;
       throw error;
     }
     const offsets: number[] = [];
@@ -438,10 +444,13 @@ export class ConsumeQueue {
       if (sizeBytes === 0 || (i > 0 && i === offsets.length - 1)) cut = i;
       break;
     }
+    if (cut === offsets.length) return undefined;
+    if (this.#readOnly) return offsets[cut];
     // Newest first: a crash in between leaves the files still contiguous.
     for (let i = offsets.length - 1; i >= cut; i--) {
       await port.remove(joinPath(this.directory, segmentFileName(offsets[i]!)));
     }
+    return offsets[cut];
   }
 
   /**

@@ -765,6 +765,120 @@ export class IndexFile {
     return this.#view.getInt32(INDEX_HEADER_SIZE_BYTES + slot * HASH_SLOT_SIZE_BYTES);
   }
 
+  /**
+   * Cuts the file back to its entries for records before `phyOffset`, as
+   * it stood when the dispatcher reached that offset (after an unclean
+   * exit, to the checkpoint's index point, instead of dropping the file):
+   * entries go in in commit-log order and each links to an earlier one of
+   * its slot, so the entries past the cut are the last ones, and each slot
+   * whose head is past the cut is walked back along its chain to the first
+   * entry before the cut (or emptied). The header's count, end fields and
+   * hashSlotCount are set to the cut; the end timestamp, which the entries
+   * keep to the second only, to the latest the last kept entry's time may
+   * be, but not past `timestampMs` (the checkpoint's index time) when that
+   * is within it. The caller flushes.
+   *
+   * Validated as it goes: an all-zero entry (a page a power loss kept
+   * unwritten), a phyOffset that grows towards older entries, a link
+   * that does not go back, a slot or link past the written count (also
+   * with nothing to cut), or an entry whose hash is not its slot's make it
+   * give up and return -1, the file unchanged; the caller then drops it.
+   *
+   * @param phyOffset The first commit-log offset whose entries go.
+   * @param timestampMs storeTimestamp of the last record before `phyOffset` (≤ 0: unknown).
+   * @returns Entries removed (0: none was past the cut), or -1.
+   */
+  cutBefore(phyOffset: number, timestampMs: number): number {
+    this.#checkWritable();
+    const view = this.#view;
+    const count = this.#indexCount;
+    // The entries past the cut, newest first: [cut, count) once found.
+    let cut = count;
+    let newerOffset = Number.POSITIVE_INFINITY;
+    let emptied = 0;
+    while (cut > 1) {
+      const entryNo = cut - 1;
+      const entry = this.#entryPosition(entryNo);
+      const keyHash = view.getInt32(entry + ENTRY_KEY_HASH_POSITION);
+      const entryOffset = readInt64(view, entry + ENTRY_PHY_OFFSET_POSITION);
+      const timeDiffSec = view.getInt32(entry + ENTRY_TIME_DIFF_POSITION);
+      const prevIndex = view.getInt32(entry + ENTRY_PREV_INDEX_POSITION);
+      if (keyHash === 0 && entryOffset === 0 && timeDiffSec === 0 && prevIndex === 0) return -1;
+      if (
+        keyHash < 0 || entryOffset < 0 || entryOffset > newerOffset || timeDiffSec < 0 ||
+        prevIndex < INVALID_INDEX || prevIndex >= entryNo
+      ) {
+        return -1;
+      }
+      if (entryOffset < phyOffset) break;
+      if (prevIndex === INVALID_INDEX) emptied++;
+      newerOffset = entryOffset;
+      cut = entryNo;
+    }
+    // Every slot is looked at, even with no entry past the cut (a power
+    // loss may have kept a slot page newer than the header's count), and
+    // not only those of the removed entries' hashes: a slot whose head is
+    // past the cut and not of its hash would be missed. A head left past
+    // the count makes the next entry with that number link to itself.
+    // 20 MB of slots with the defaults: tens of milliseconds.
+    const slotNum = this.hashSlotNum;
+    // Slot position → its head at the cut; written once all are checked.
+    const heads = new Map<number, number>();
+    for (let slot = 0; slot < slotNum; slot++) {
+      const slotPosition = INDEX_HEADER_SIZE_BYTES + slot * HASH_SLOT_SIZE_BYTES;
+      let next = view.getInt32(slotPosition);
+      // Empty, or never moved past the cut (its page older than the entries).
+      if (next < cut) continue;
+      let newer = Number.POSITIVE_INFINITY;
+      // Bounded: each step goes to a lower entry number.
+      while (next >= cut) {
+        if (next >= count) return -1;
+        const entry = this.#entryPosition(next);
+        const chainOffset = readInt64(view, entry + ENTRY_PHY_OFFSET_POSITION);
+        const prevIndex = view.getInt32(entry + ENTRY_PREV_INDEX_POSITION);
+        if (
+          view.getInt32(entry + ENTRY_KEY_HASH_POSITION) % slotNum !== slot ||
+          chainOffset > newer || prevIndex >= next
+        ) {
+          return -1;
+        }
+        newer = chainOffset;
+        next = prevIndex;
+      }
+      if (next > INVALID_INDEX) {
+        const entry = this.#entryPosition(next);
+        if (
+          view.getInt32(entry + ENTRY_KEY_HASH_POSITION) % slotNum !== slot ||
+          readInt64(view, entry + ENTRY_PHY_OFFSET_POSITION) > newer
+        ) {
+          return -1;
+        }
+      }
+      heads.set(slotPosition, next);
+    }
+    if (cut === count && heads.size === 0) return 0;
+    for (const [slotPosition, head] of heads) {
+      view.setInt32(slotPosition, head);
+      this.#markDirty(slotPosition, slotPosition + HASH_SLOT_SIZE_BYTES);
+    }
+    this.#indexCount = cut;
+    this.#hashSlotCount = Math.max(this.#hashSlotCount - emptied, 0);
+    if (cut > 1) {
+      const last = this.#entryPosition(cut - 1);
+      this.#endPhyOffset = readInt64(view, last + ENTRY_PHY_OFFSET_POSITION);
+      this.#endTimestamp = cut === 2
+        // Entry 1's time is the begin's (its own time diff is from the previous file's end).
+        ? this.#beginTimestamp
+        : lastEntryTimestamp(
+          this.#beginTimestamp,
+          view.getInt32(last + ENTRY_TIME_DIFF_POSITION),
+          timestampMs,
+        );
+    }
+    this.#writeHeader();
+    return count - cut;
+  }
+
   /** Makes every change durable (msync, or write-back and fdatasync). */
   async flush(): Promise<void> {
     this.#checkOpen();
@@ -865,6 +979,27 @@ export class IndexFile {
     }
   }
 }
+
+/**
+ * The storeTimestamp to give a file cut back to an entry: entries keep
+ * whole seconds from the begin (truncated), so the entry's time lies in
+ * `[begin + diff s, begin + diff s + 999 ms]`; the latest of those, but
+ * not past `timestampMs` (the time of the last record before the cut,
+ * which no entry before it postdates unless the clock stepped back)
+ * unless that is below the range.
+ */
+function lastEntryTimestamp(
+  beginTimestamp: number,
+  timeDiffSec: number,
+  timestampMs: number,
+): number {
+  const earliest = beginTimestamp + timeDiffSec * MS_PER_SECOND;
+  const latest = earliest + MS_PER_SECOND - 1;
+  return timestampMs > 0 ? Math.max(earliest, Math.min(latest, timestampMs)) : latest;
+}
+
+/** Milliseconds in a second (entries keep time to the second). */
+const MS_PER_SECOND = 1000;
 
 function checkedFileSize(options: IndexFileOptions): number {
   const { hashSlotNum, indexNum } = options;

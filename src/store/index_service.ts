@@ -128,6 +128,13 @@ export interface IndexLoadReport {
    * checkpoint's index point only), or none, were dropped.
    */
   droppedFromOffset: number;
+  /**
+   * Files cut back to the checkpoint's index point after an unclean exit
+   * (see {@link IndexService.load}) and kept.
+   */
+  cutFiles: number;
+  /** Entries those cuts removed (re-dispatch puts them back). */
+  cutEntries: number;
 }
 
 /** What {@link IndexService.queryOffset} returns (RocketMQ's `QueryOffsetResult`). */
@@ -178,7 +185,7 @@ export class IndexService {
    */
   #indexMsgTimestamp = 0;
   /** What {@link load} dropped. */
-  #loadReport: IndexLoadReport = { droppedFiles: 0, droppedFromOffset: -1 };
+  #loadReport: IndexLoadReport = emptyLoadReport();
   /** A build is in progress (builds are sequential, in dispatch order). */
   #building = false;
   /** A file creation in progress. */
@@ -223,21 +230,40 @@ export class IndexService {
    * Opens the index files in name order (RocketMQ's `load`). After an
    * unclean exit (`lastExitOK` false), files whose endTimestamp is newer
    * than the checkpoint's `indexMsgTimestamp` are deleted (left out when
-   * read-only): recovery re-dispatches their messages. So are files a
-   * crash caught prepared (see the module doc).
+   * read-only), as RocketMQ does: recovery re-dispatches their messages.
+   * So are files a crash caught prepared (see the module doc).
    *
-   * @returns What was dropped (also {@link loadReport}): recovery
+   * Given the checkpoint's index offset (mqstore's checkpoint block), a
+   * writable load instead cuts the checkpoint's last file and those after
+   * it back to their entries for records before that offset
+   * (`IndexFile.cutBefore`, which also checks their chains): a SIGKILL
+   * leaves the last file's header newer than the checkpoint, and dropping
+   * a file of up to 20 M entries made every restart after a kill replay
+   * up to 20 M messages. A file left empty is deleted; one whose entries
+   * or chains are not what in-order appends leave (pages a power loss did
+   * not write) is dropped as above. The cut files are flushed before the
+   * load returns.
+   *
+   * @param lastExitOK Whether the last close was clean.
+   * @param indexMsgTimestamp The checkpoint's indexMsgTimestamp.
+   * @param indexOffset The checkpoint's index offset: every key of a
+   *   record before it is durable (-1: unknown, a RocketMQ checkpoint).
+   * @returns What was dropped and cut (also {@link loadReport}): recovery
    *   re-dispatches from the checkpoint's index point, or from where the
    *   dropped files began when that is earlier.
    * @throws {MqStoreError} `INVALID_FILE` for a file of another size.
    */
-  async load(lastExitOK: boolean, indexMsgTimestamp: number): Promise<IndexLoadReport> {
+  async load(
+    lastExitOK: boolean,
+    indexMsgTimestamp: number,
+    indexOffset = -1,
+  ): Promise<IndexLoadReport> {
     this.#checkOpen();
     if (this.#files.length > 0) {
       throw new MqStoreError("UNSUPPORTED", "The index is loaded already");
     }
     if (!this.#readOnly) await this.#port.makeDirectory(this.directory);
-    this.#loadReport = { droppedFiles: 0, droppedFromOffset: -1 };
+    this.#loadReport = emptyLoadReport();
     if (await this.#port.stat(this.directory) === undefined) return this.#loadReport;
     const listed = await this.#port.list(this.directory);
     if (!this.#readOnly) {
@@ -254,6 +280,10 @@ export class IndexService {
     // endPhyOffset of the file before, in name (creation) order: a file
     // put in use after it holds entries from there on.
     let previousEnd: number | undefined;
+    // Where files are cut back to (-1: no cut).
+    const cutTo = !lastExitOK && !this.#readOnly && indexOffset >= 0 ? indexOffset : -1;
+    let cutFiles = 0;
+    let cutEntries = 0;
     try {
       for (const name of names) {
         const path = `${this.directory}/${name}`;
@@ -272,8 +302,10 @@ export class IndexService {
           readOnly: this.#readOnly,
         });
         // A prepared file a crash caught between its rename and the flush
-        // of its first header: no entry of it is durable.
-        if (file.isPreparedMark || (!lastExitOK && file.endTimestamp > indexMsgTimestamp)) {
+        // of its first header: no entry of it is durable. With a point to
+        // cut back to, the others are decided below, once all are open.
+        const stale = !lastExitOK && file.endTimestamp > indexMsgTimestamp && cutTo < 0;
+        if (file.isPreparedMark || stale) {
           // A header that made it to disk has the begin of its time (the
           // previous file's end, then the first entry's offset). One still
           // marked prepared was never flushed in use: put in use after the
@@ -287,17 +319,55 @@ export class IndexService {
             );
             previousEnd = file.endPhyOffset;
           }
-          if (this.#readOnly) await file.close();
-          else await file.destroy();
+          await this.#dropFile(file);
           dropped++;
-          // The deletion must be durable before the checkpoint moves past
-          // the file's end (the next flush syncs the directory): back, it
-          // would be kept, its entries twice in the index.
-          this.#directoryUnsynced = !this.#readOnly;
           continue;
         }
         previousEnd = file.endPhyOffset;
         this.#files.push(file);
+      }
+      if (cutTo >= 0) {
+        // Files before the last one whose end is before the point were
+        // full and durable when the checkpoint was written (a roll's
+        // flush, then every file's, precede it): untouched since. That one
+        // (the checkpoint's last file, whatever a power loss left of its
+        // header) and those after it may hold entries past the point, or
+        // slots a torn write left ahead of the header: each is cut and its
+        // chains checked.
+        const files = this.#files;
+        let from = files.length - 1;
+        while (from > 0 && files[from]!.endPhyOffset >= cutTo) from--;
+        this.#files = files.slice(0, Math.max(from, 0));
+        previousEnd = this.#files[this.#files.length - 1]?.endPhyOffset;
+        for (const file of files.slice(Math.max(from, 0))) {
+          const removed = file.cutBefore(cutTo, indexMsgTimestamp);
+          if (removed >= 0 && file.indexCount > 1) {
+            if (removed > 0) {
+              // Durable before re-dispatch writes past the cut again.
+              await file.flush();
+              cutFiles++;
+              cutEntries += removed;
+            }
+            previousEnd = file.endPhyOffset;
+            this.#files.push(file);
+            continue;
+          }
+          if (removed < 0) {
+            // Not as in-order appends leave it (a power loss kept some of
+            // its pages only): dropped, its entries rebuilt from its begin.
+            droppedFrom = Math.min(
+              droppedFrom,
+              file.beginPhyOffset,
+              previousEnd ?? Number.POSITIVE_INFINITY,
+            );
+          } else {
+            // No entry before the point: nothing of it to rebuild before.
+            cutEntries += removed;
+          }
+          previousEnd = file.endPhyOffset;
+          await this.#dropFile(file);
+          dropped++;
+        }
       }
     } catch (error) {
       await this.#closeFiles();
@@ -307,6 +377,8 @@ export class IndexService {
     this.#loadReport = {
       droppedFiles: dropped,
       droppedFromOffset: Number.isFinite(droppedFrom) ? droppedFrom : -1,
+      cutFiles,
+      cutEntries,
     };
     const last = this.#files[this.#files.length - 1];
     // A clean close flushed every file: what was loaded is durable.
@@ -635,6 +707,19 @@ export class IndexService {
     this.#prepared = prepared;
   }
 
+  /** Deletes a file the load does not keep (closes it when read-only). */
+  async #dropFile(file: IndexFile): Promise<void> {
+    if (this.#readOnly) {
+      await file.close();
+      return;
+    }
+    await file.destroy();
+    // The deletion must be durable before the checkpoint moves past the
+    // file's end (the next flush syncs the directory): back, it would be
+    // kept, its entries twice in the index.
+    this.#directoryUnsynced = true;
+  }
+
   async #syncDirectory(): Promise<void> {
     if (!this.#directoryUnsynced) return;
     this.#directoryUnsynced = false;
@@ -734,6 +819,11 @@ export class IndexService {
   #checkOpen(): void {
     if (this.#closed) throw new MqStoreError("CLOSED", `The index ${this.directory} is closed`);
   }
+}
+
+/** A load report of nothing dropped or cut. */
+function emptyLoadReport(): IndexLoadReport {
+  return { droppedFiles: 0, droppedFromOffset: -1, cutFiles: 0, cutEntries: 0 };
 }
 
 /** The Java hashes of a request's non-empty keys under `topic#`. */

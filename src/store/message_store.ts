@@ -5,8 +5,8 @@
  *
  * ```
  * open:  lock ─► abort marker (absent = last close was clean) ─► checkpoint
- *        ─► load consume queues, index (unclean: drop index files newer
- *           than the checkpoint) ─► load + recover the commit log
+ *        ─► load consume queues ─► load + recover the commit log ─► load
+ *           the index (unclean: files cut back to the checkpoint's point)
  *        ─► cut consume-queue units past the log end ─► re-dispatch from
  *           the checkpoint's offsets (progress checkpointed as it goes)
  *        ─► queue offsets from the consume queues ─► start services
@@ -394,18 +394,6 @@ export class MessageStore {
         onError: (error) => dispatching?.fail(error),
       });
       await consumeQueues.load();
-      if (resolved.messageIndexEnable) {
-        index = new IndexService({
-          port,
-          rootDirectory: directory,
-          maxHashSlotNum: resolved.maxHashSlotNum,
-          maxIndexNum: resolved.maxIndexNum,
-          clock: resolved.clock,
-          readOnly,
-          sparse: resolved.sparseFiles,
-        });
-        await index.load(clean, checkpoint.indexMsgTimestamp);
-      }
       // After a crash every unit from the checkpoint's point on is rebuilt
       // by re-dispatch (which starts there or before): a torn crash can
       // leave holes in any file past it, not only in the last three.
@@ -452,6 +440,26 @@ export class MessageStore {
       const scan = await commitLog.loadAndRecover(clean, { tableFromConsumeQueues });
       const endOffset = commitLog.maxOffset;
       const minOffset = commitLog.minOffset;
+      if (resolved.messageIndexEnable) {
+        index = new IndexService({
+          port,
+          rootDirectory: directory,
+          maxHashSlotNum: resolved.maxHashSlotNum,
+          maxIndexNum: resolved.maxIndexNum,
+          clock: resolved.clock,
+          readOnly,
+          sparse: resolved.sparseFiles,
+        });
+        // After the log's recovery: under ASYNC_FLUSH the checkpoint's
+        // index point (what was dispatched) can be past the log a power
+        // loss left. Entries past the log's end would name records that
+        // are gone, and their file's end would make the dispatcher skip
+        // the new records written there.
+        const cutTo = checkpoint.indexOffset >= 0
+          ? Math.min(checkpoint.indexOffset, endOffset)
+          : checkpoint.indexOffset;
+        await index.load(clean, checkpoint.indexMsgTimestamp, cutTo);
+      }
       const start = await recoveryStart({
         clean,
         checkpoint,
