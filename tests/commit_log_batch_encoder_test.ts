@@ -25,6 +25,13 @@ import {
   SYS_FLAG_POSITION,
 } from "../src/record/mod.ts";
 import type { MessageStore } from "../src/store/message_store.ts";
+import {
+  installBodyCrcWriter,
+  nativeBodyCrcBytesMax,
+  nativeBodyCrcs,
+} from "../src/record/crc32.ts";
+import { loadWasmBodyCrcWriter } from "../src/runtime/_wasm_crc32.ts";
+import { runtimeName } from "../src/runtime/info.ts";
 import { prng } from "./_prng.ts";
 import { dispatchFiles, openMemoryStore, removeFiles } from "./_store_helpers.ts";
 
@@ -335,6 +342,34 @@ describe("BatchEncoder", () => {
       },
     );
   }
+
+  test("encode() writes the same bytes with a batch CRC writer, bodies on both sides of its bodyBytesMax", async () => {
+    // The writer installed now (createPort's, if another test called it), to put back.
+    const installed = !nativeBodyCrcs()
+      ? undefined
+      : runtimeName() === "bun"
+      ? await (await import("../src/runtime/_bun_crc32.ts")).loadBunBodyCrcWriter()
+      : loadWasmBodyCrcWriter();
+    const writer = loadWasmBodyCrcWriter();
+    installBodyCrcWriter(writer);
+    try {
+      assert.equal(nativeBodyCrcBytesMax(), writer.bodyBytesMax);
+      const next = prng(21);
+      for (let round = 0; round < 40; round++) {
+        // Bodies of 0..0x200 bytes: about half in the writer's runs.
+        const batch = randomBatch(next, 1 + Math.floor(next() * 40), 0x200);
+        const placement = { queueOffset: round, offset: 0x10000 * round };
+        const start = Math.floor(next() * 64);
+        assertSameEncoding(
+          batchEncode(batch, start + 2 * MAX_BYTES, start, start + MAX_BYTES, placement, true),
+          referenceEncode(batch, start + 2 * MAX_BYTES, start, start + MAX_BYTES, placement),
+          `round ${round}`,
+        );
+      }
+    } finally {
+      installBodyCrcWriter(installed);
+    }
+  });
 
   test("encode() writes each batch's topic with one encoder over many batches and topic changes", () => {
     const next = prng(11);

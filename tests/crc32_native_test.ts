@@ -4,12 +4,15 @@ import fs from "node:fs";
 import { createPort, runtimeName } from "../src/runtime/mod.ts";
 import {
   BODY_CRC_MASK,
+  type BodyCrcWriter,
   crc32Implementation,
   crc32Table,
   installBodyCrcWriter,
+  nativeBodyCrcBytesMax,
   nativeBodyCrcs,
   writeBodyCrcs,
 } from "../src/record/crc32.ts";
+import { loadWasmBodyCrcWriter, WASM_BODY_BYTES_MAX } from "../src/runtime/_wasm_crc32.ts";
 
 /** A small deterministic generator (xorshift32), so a failure can be replayed. */
 function generator(seed: number): () => number {
@@ -62,14 +65,22 @@ function writtenCrcs(bytes: Uint8Array, ranges: Int32Array, count: number): numb
   return Array.from({ length: count }, (_, i) => view.getInt32(ranges[3 * i + 2]!));
 }
 
-function checkRandomBatches(label: string): void {
+function checkRandomBatches(label: string, bodyBytesMax = 0x1000): void {
   for (let seed = 1; seed <= 40; seed++) {
     const count = 1 + seed * 7 % 64;
-    const { bytes, ranges } = randomBatch(seed * 0x9E3779B1, count, 0x1000);
+    const { bytes, ranges } = randomBatch(seed * 0x9E3779B1, count, bodyBytesMax);
     const expected = expectedCrcs(bytes, ranges, count);
     writeBodyCrcs(bytes, ranges, count);
     assert.deepEqual(writtenCrcs(bytes, ranges, count), expected, `${label}, seed ${seed}`);
   }
+}
+
+/** The writer createPort() installs on this runtime, loaded again. */
+async function runtimeWriter(): Promise<BodyCrcWriter | undefined> {
+  if (runtimeName() === "node") return loadWasmBodyCrcWriter();
+  if (runtimeName() !== "bun" || !libdeflatePresent()) return undefined;
+  const { loadBunBodyCrcWriter } = await import("../src/runtime/_bun_crc32.ts");
+  return loadBunBodyCrcWriter();
 }
 
 /** Whether the Debian libdeflate the Bun writer needs is on this machine. */
@@ -88,20 +99,57 @@ describe("crc32 native body CRCs", () => {
       assert.match(crc32Implementation(), /node:zlib/);
       checkRandomBatches("JavaScript path");
     } finally {
-      if (installed) {
-        const { loadBunBodyCrcWriter } = await import("../src/runtime/_bun_crc32.ts");
-        installBodyCrcWriter(await loadBunBodyCrcWriter());
-      }
+      if (installed) installBodyCrcWriter(await runtimeWriter());
     }
   });
 
   test("createPort() installs a writer whose CRCs match crc32Table", async () => {
     await createPort({ adapter: "memory" });
-    const expectNative = runtimeName() === "bun" && libdeflatePresent();
+    const runtime = runtimeName();
+    const expectNative = runtime === "node" || (runtime === "bun" && libdeflatePresent());
     assert.equal(nativeBodyCrcs(), expectNative, crc32Implementation());
-    if (expectNative) assert.match(crc32Implementation(), /libdeflate/);
-    else assert.match(crc32Implementation(), /node:zlib/);
+    if (runtime === "node") {
+      assert.match(crc32Implementation(), /WebAssembly/);
+      assert.equal(nativeBodyCrcBytesMax(), WASM_BODY_BYTES_MAX);
+    } else if (expectNative) {
+      assert.match(crc32Implementation(), /libdeflate/);
+      assert.equal(nativeBodyCrcBytesMax(), Infinity);
+    } else {
+      assert.match(crc32Implementation(), /node:zlib/);
+      assert.equal(nativeBodyCrcBytesMax(), -1);
+    }
     checkRandomBatches(crc32Implementation());
+  });
+
+  test("loadWasmBodyCrcWriter() writes the CRCs crc32Table gives, short and long bodies mixed", async () => {
+    await createPort({ adapter: "memory" });
+    const installed = await runtimeWriter();
+    installBodyCrcWriter(loadWasmBodyCrcWriter());
+    try {
+      assert.match(crc32Implementation(), /WebAssembly/);
+      // Lengths 0..0x1000: most past WASM_BODY_BYTES_MAX, done one by one between runs.
+      checkRandomBatches("WebAssembly, long bodies");
+      // Lengths 0..0x120: nearly all in runs, every tail length 0..15.
+      checkRandomBatches("WebAssembly, short bodies", 0x120);
+    } finally {
+      installBodyCrcWriter(installed);
+    }
+  });
+
+  test("loadWasmBodyCrcWriter() splits a batch whose records span more than one call takes", () => {
+    const writer = loadWasmBodyCrcWriter();
+    // Three short bodies 3 MiB apart: 6 MiB of records, more than one call copies in.
+    const bytes = new Uint8Array(0x60_0000 + 0x100);
+    const next = generator(7);
+    const ranges = new Int32Array(9);
+    for (let i = 0; i < 3; i++) {
+      const body = i * 0x30_0000 + 0x10;
+      for (let k = 0; k < 0xC8; k++) bytes[body + k] = next();
+      ranges.set([body, 0xC8, body - 0x08], 3 * i);
+    }
+    const expected = expectedCrcs(bytes, ranges, 3);
+    assert.equal(writer.write(bytes, ranges, 3), -1);
+    assert.deepEqual(writtenCrcs(bytes, ranges, 3), expected);
   });
 
   test("writeBodyCrcs() refuses a triple outside the buffer and writes the ones before it", async () => {

@@ -36,7 +36,6 @@ import {
   MESSAGE_MAGIC_CODE,
   type MessageEncoder,
   type MessageInput,
-  nativeBodyCrcs,
   PHYSICAL_OFFSET_POSITION,
   PROPERTIES_LENGTH_MAX_BYTES,
   PROPERTY_DELAY,
@@ -55,6 +54,7 @@ import {
   wholeBodyCrc,
   writeBodyCrcs,
 } from "../record/mod.ts";
+import { nativeBodyCrcBytesMax } from "../record/crc32.ts";
 import { createLayout, isInt32, TAIL_HAS_DELAY, TAIL_HAS_WAIT } from "../record/validate.ts";
 import { assert } from "../assert.ts";
 import type { DispatchHints } from "./dispatch_hints.ts";
@@ -137,8 +137,16 @@ export class BatchEncoder {
   readonly #bareView = new DataView(this.#bare.buffer);
   /** Bytes of {@link #bare} in use. */
   #bareBytes = 0;
-  /** The topic {@link #bare} and {@link #tail} hold. */
-  #topic: string | undefined;
+  /**
+   * The topic {@link #bare} and {@link #tail} hold ("" before the first: no
+   * topic is empty). Never undefined: V8 records no type feedback in a
+   * function's first calls, so `topic !== this.#topic` was optimized for
+   * strings only, and a new encoder's first batch (a new store in the
+   * process) threw the optimized encode away on undefined ("wrong instance
+   * type" in `--trace-deopt`); on Node 20 recompiling encode then took
+   * 150–220 ms of TurboFan time while its first batches ran unoptimized.
+   */
+  #topic = "";
   /** Batches whose topic was set, up to {@link TOPIC_FEEDBACK_BATCHES}. */
   #topicSets = 0;
   /** The first record's words from sysFlag to reconsumeTimes. */
@@ -175,6 +183,9 @@ export class BatchEncoder {
     this.#encoder = encoder;
     this.#maxBytes = encoder.maxMessageSizeBytes;
     this.#queueOffsets = queueOffsets;
+    // The tail's first setTopic compares with no topic at all: done here,
+    // not in encode, whose optimized code only ever saw a topic there.
+    this.#tail.setTopic("");
   }
 
   /**
@@ -350,12 +361,14 @@ export class BatchEncoder {
       const h0 = header[0]!, h1 = header[1]!, h2 = header[2]!, h3 = header[3]!;
       const h4 = header[4]!, h5 = header[5]!, h6 = header[6]!, h7 = header[7]!;
       const h8 = header[8]!, h9 = header[9]!;
-      // A native writer (Bun with libdeflate) does a batch's CRCs in one
-      // call: 23–27 ns a 128 B body against 65–75 ns for a call each.
-      let crcRanges: Int32Array | undefined;
-      if (nativeBodyCrcs()) {
-        crcRanges = this.#crcRanges;
-        if (crcRanges.length < 3 * count) this.#crcRanges = crcRanges = new Int32Array(3 * count);
+      // A native writer (Bun with libdeflate, Node with WebAssembly) does a
+      // batch's CRCs in one call: 23–27 ns a 128 B body on Bun against
+      // 65–75 ns for a call each. Bodies past crcBatchMaxBytes (where the
+      // writer is slower than a call each) are not given to it.
+      let crcRanges = this.#crcRanges;
+      const crcBatchMaxBytes = nativeBodyCrcBytesMax();
+      if (crcBatchMaxBytes >= 0 && crcRanges.length < 3 * count) {
+        this.#crcRanges = crcRanges = new Int32Array(3 * count);
       }
       let crcCount = 0;
       for (let i = 1; i < count; i++) {
@@ -439,7 +452,7 @@ export class BatchEncoder {
         const bodyBytes = body.length;
         d.setInt32(p + TOTAL_SIZE_POSITION, size);
         d.setInt32(p + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
-        if (crcRanges === undefined) {
+        if (bodyBytes > crcBatchMaxBytes) {
           d.setInt32(p + BODY_CRC_POSITION, wholeBodyCrc(body));
         } else {
           const r = 3 * crcCount++;
@@ -506,7 +519,7 @@ export class BatchEncoder {
         position += size;
       }
       hints?.stageBare(topic, queueId, bareToStage);
-      if (crcCount > 0) writeBodyCrcs(bytes, crcRanges!, crcCount);
+      if (crcCount > 0) writeBodyCrcs(bytes, crcRanges, crcCount);
       this.#wait = waiting;
       encoded = true;
       d.setInt32(start + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
@@ -609,6 +622,11 @@ export class BatchEncoder {
     bare[TOPIC_LENGTH_BYTES + length] = 0;
     bare[TOPIC_LENGTH_BYTES + length + 1] = 0;
     this.#bareBytes = TOPIC_LENGTH_BYTES + length + PROPERTIES_LENGTH_BYTES;
+    // The tail skips a topic it holds: in the feedback batches (see
+    // TOPIC_FEEDBACK_BATCHES) it is made to write it, so that its code,
+    // inlined here, has feedback too (else a new store's first topic threw
+    // the optimized encode away on "insufficient type feedback").
+    if (this.#topicSets <= TOPIC_FEEDBACK_BATCHES) this.#tail.setTopic("");
     this.#tail.setTopic(topic);
     this.#topic = topic;
   }

@@ -239,6 +239,11 @@ export interface BodyCrcWriter {
    *   (nothing at or after it was written).
    */
   write(bytes: Uint8Array, ranges: Int32Array, count: number): number;
+  /**
+   * Longest body the writer is faster for than {@link bodyCrc} (absent:
+   * every length). Callers give longer bodies to {@link wholeBodyCrc}.
+   */
+  readonly bodyBytesMax?: number;
 }
 
 /** The installed native writer, if any. */
@@ -282,6 +287,25 @@ export function installBodyCrcWriter(writer: BodyCrcWriter | undefined): void {
  */
 export function nativeBodyCrcs(): boolean {
   return bodyCrcWriter !== undefined;
+}
+
+/**
+ * The longest body worth giving to the installed {@link BodyCrcWriter}
+ * (its `bodyBytesMax`): -1 without one, `Infinity` for one that is faster
+ * at every length.
+ *
+ * @example
+ * ```ts
+ * import { installBodyCrcWriter, nativeBodyCrcBytesMax } from "./crc32.ts";
+ *
+ * installBodyCrcWriter(undefined);
+ * console.log(nativeBodyCrcBytesMax()); // -1
+ * ```
+ *
+ * @returns Bytes, -1 or `Infinity`.
+ */
+export function nativeBodyCrcBytesMax(): number {
+  return bodyCrcWriter === undefined ? -1 : bodyCrcWriter.bodyBytesMax ?? Infinity;
 }
 
 /**

@@ -98,16 +98,22 @@ let bodyCrcWriterLoad: Promise<void> | undefined;
 
 /**
  * Installs the native body-CRC writer where one loads (Bun with
- * libdeflate; see `_bun_crc32.ts`), once per process. A failure is silent
+ * libdeflate, see `_bun_crc32.ts`; Node with WebAssembly, see
+ * `_wasm_crc32.ts`), once per process. A failure is silent
  * by design: the JavaScript CRC is byte-for-byte the same, and
  * `crc32Implementation()` tells which one is in use.
  */
 function loadBodyCrcWriter(runtime: RuntimeName): Promise<void> {
-  if (runtime !== "bun") return Promise.resolve();
-  bodyCrcWriterLoad ??= import("./_bun_crc32.ts")
-    .then((module) => module.loadBunBodyCrcWriter())
-    .then(installBodyCrcWriter, () => undefined);
-  return bodyCrcWriterLoad;
+  if (runtime === "bun") {
+    bodyCrcWriterLoad ??= import("./_bun_crc32.ts")
+      .then((module) => module.loadBunBodyCrcWriter())
+      .then(installBodyCrcWriter, () => undefined);
+  } else if (runtime === "node") {
+    bodyCrcWriterLoad ??= import("./_wasm_crc32.ts")
+      .then((module) => module.loadWasmBodyCrcWriter())
+      .then(installBodyCrcWriter, () => undefined);
+  }
+  return bodyCrcWriterLoad ?? Promise.resolve();
 }
 
 /**
