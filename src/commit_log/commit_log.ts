@@ -1257,10 +1257,20 @@ export class CommitLog {
     const hints = this.#hints;
     // Whether the records appended now were staged (see DispatchHints).
     let hinted = false;
+    // Whether one message was encoded with its physicalOffset and
+    // storeTimestamp in place (only its queueOffset left to write).
+    let placed = false;
     if (input !== undefined) {
       hints?.beginStage();
-      const encoded = this.#encoder.encode(input, bytes, index);
+      const encoded = this.#encoder.encodePlaced(
+        input,
+        bytes,
+        index,
+        target.fileOffset,
+        this.#curNowMs,
+      );
       if (typeof encoded !== "number") return this.#appendRefused(encoded);
+      placed = true;
       size = encoded;
       topic = input.topic;
       queueId = input.queueId;
@@ -1311,7 +1321,13 @@ export class CommitLog {
       queueOffset = counter.next;
       counter.next = queueOffset + count;
     }
-    if (count === 1) {
+    if (placed) {
+      if (queueOffset !== 0) this.#encoder.writeQueueOffset(bytes, index, queueOffset);
+      this.#curBatchSizes = undefined;
+      if (hinted) {
+        hints!.publish(0, offset, size, queueOffset, nowMs, this.#encoder.lastSysFlag, counter);
+      }
+    } else if (count === 1) {
       patchRecord(bytes, index, queueOffset, offset, nowMs);
       this.#curBatchSizes = undefined;
       if (hinted) {

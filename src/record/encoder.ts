@@ -192,6 +192,72 @@ export class MessageEncoder {
   }
 
   /**
+   * {@link encode} of a single message whose place is known but for its
+   * queue offset: physicalOffset and storeTimestamp are written as given,
+   * queueOffset 0 (the caller writes it once the message is known valid,
+   * see {@link writeQueueOffset}); no {@link patchRecord} needed.
+   *
+   * @param message The message.
+   * @param bytes The destination.
+   * @param position First byte to write.
+   * @param physicalOffset The record's commit-log offset (a non-negative safe integer).
+   * @param storeTimestamp Store time, ms (a safe integer).
+   * @returns The record size in bytes, or the validation error (nothing written).
+   * @throws {TypeError} For wrong argument types.
+   * @throws {RangeError} When the record does not fit in `bytes`, or for a
+   * bad physicalOffset or storeTimestamp (nothing is written).
+   */
+  encodePlaced(
+    message: MessageInput,
+    bytes: Uint8Array,
+    position: number,
+    physicalOffset: number,
+    storeTimestamp: number,
+  ): number | MqStoreError {
+    if (
+      !(Number.isSafeInteger(physicalOffset) && physicalOffset >= 0 &&
+        Number.isSafeInteger(storeTimestamp))
+    ) {
+      throw new RangeError(
+        `physicalOffset ${physicalOffset} must be a non-negative safe integer and ` +
+          `storeTimestamp ${storeTimestamp} a safe integer`,
+      );
+    }
+    const size = this.encodeBefore(
+      message,
+      bytes,
+      position,
+      bytes.length,
+      message,
+      physicalOffset,
+      storeTimestamp,
+    );
+    if (typeof size === "number" && position + size > bytes.length) {
+      throw new RangeError(
+        `Cannot encode a ${size}-byte record at position ${position} of a ${bytes.length}-byte buffer`,
+      );
+    }
+    return size;
+  }
+
+  /**
+   * Writes the queueOffset of the record this encoder wrote last at
+   * `bytes[position]` (after {@link encodePlaced}).
+   *
+   * @param bytes The buffer holding the record.
+   * @param position The record's first byte.
+   * @param queueOffset The queue offset (a non-negative safe integer).
+   */
+  writeQueueOffset(bytes: Uint8Array, position: number, queueOffset: number): void {
+    setInt64(this.#views.of(bytes), position + QUEUE_OFFSET_POSITION, queueOffset);
+  }
+
+  /** The sysFlag of the message encoded last (its host bits set from the hosts). */
+  get lastSysFlag(): number {
+    return this.#layout.sysFlag;
+  }
+
+  /**
    * {@link encode}, bounded: the record is written only when it ends at or
    * before `end`; a valid record that would cross it is measured, not
    * written. A batch is encoded this way straight into a segment, where
@@ -204,6 +270,9 @@ export class MessageEncoder {
    * `bytes.length`).
    * @param header Where the shared header fields come from (see
    * {@link encode}).
+   * @param physicalOffset Written as the record's physicalOffset (0 until
+   * {@link patchRecord}; the caller checks it is a safe integer ≥ 0).
+   * @param storeTimestamp Written as the storeTimestamp (likewise).
    * @returns The record size in bytes (written only if `position + size
    * <= end`), or the validation error (nothing written).
    * @throws {TypeError} For wrong argument types.
@@ -215,6 +284,8 @@ export class MessageEncoder {
     position: number,
     end: number,
     header: MessageInput = message,
+    physicalOffset = 0,
+    storeTimestamp = 0,
   ): number | MqStoreError {
     const layout = this.#layout;
     const error = checkMessage(message, this.#options, layout, header);
@@ -235,17 +306,15 @@ export class MessageEncoder {
     d.setInt32(p + BODY_CRC_POSITION, bodyCrc(body));
     d.setInt32(p + QUEUE_ID_POSITION, message.queueId);
     d.setInt32(p + FLAG_POSITION, message.flag ?? 0);
-    // queueOffset and physicalOffset: 0 until patchRecord().
+    // queueOffset: 0 until patchRecord() or writeQueueOffset(); physicalOffset
+    // and storeTimestamp: as given (0 until patchRecord() unless placed).
     d.setInt32(p + QUEUE_OFFSET_POSITION, 0);
     d.setInt32(p + QUEUE_OFFSET_POSITION + 4, 0);
-    d.setInt32(p + PHYSICAL_OFFSET_POSITION, 0);
-    d.setInt32(p + PHYSICAL_OFFSET_POSITION + 4, 0);
+    setInt64(d, p + PHYSICAL_OFFSET_POSITION, physicalOffset);
     d.setInt32(p + SYS_FLAG_POSITION, layout.sysFlag);
     setInt64(d, p + BORN_TIMESTAMP_POSITION, header.bornTimestamp ?? this.#now());
     let q = writeHost(bytes, d, p + BORN_HOST_POSITION, layout.bornHost);
-    // storeTimestamp: 0 until patchRecord().
-    d.setInt32(q, 0);
-    d.setInt32(q + 4, 0);
+    setInt64(d, q, storeTimestamp);
     q = writeHost(bytes, d, q + 8, layout.storeHost);
     d.setInt32(q, header.reconsumeTimes ?? 0);
     setInt64(d, q + 4, message.preparedTransactionOffset ?? 0);
