@@ -72,6 +72,49 @@ describe("consume-queue file creation", () => {
     assert.equal((await memory.stat(SEGMENT))?.sizeBytes, 4096);
   });
 
+  test("createSegmentName() reports a failed rename even when the handle's close throws at once", async () => {
+    // A port whose close throws instead of rejecting (the crash tests'
+    // killed port does) once left the rename's rejection unhandled and
+    // reported the close's error instead.
+    const memory = new MemoryPort(runtimeName());
+    await memory.makeDirectory("/store/seg");
+    const port = new Proxy(memory, {
+      get(target, key) {
+        if (key === "rename") {
+          return async (from: string, to: string) => {
+            await Promise.resolve();
+            throw new MqStoreError("IO_ERROR", `Cannot rename ${from} to ${to}: injected`);
+          };
+        }
+        if (key === "createFile") {
+          return async (...args: Parameters<MemoryPort["createFile"]>) => {
+            const handle = await target.createFile(...args);
+            return new Proxy(handle, {
+              get(object, name) {
+                if (name === "close") {
+                  return () => {
+                    void object.close();
+                    throw new Error("close: thrown at once");
+                  };
+                }
+                const value = Reflect.get(object, name, object);
+                return typeof value === "function" ? value.bind(object) : value;
+              },
+            });
+          };
+        }
+        const value = Reflect.get(target, key, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    await assert.rejects(
+      createSegmentName(port, SEGMENT, 4096),
+      (error: unknown) => error instanceof MqStoreError && /injected/.test(error.message),
+    );
+    assert.equal(await memory.stat(SEGMENT), undefined);
+    assert.equal(await memory.stat(`${SEGMENT}.tmp`), undefined);
+  });
+
   test("createSegmentFile() removes a stale .tmp, opens the segment durable, refuses an existing one", async () => {
     const memory = new MemoryPort(runtimeName());
     await memory.makeDirectory("/store/seg");

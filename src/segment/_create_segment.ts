@@ -119,10 +119,14 @@ export async function createSegmentName(
     await port.remove(temporary);
     throw error;
   }
-  // The rename does not need the handle closed: both in one turn.
+  // The rename does not need the handle closed: both in one turn. The
+  // close is started in an async function so that a port that throws at
+  // once (not through its promise) cannot leave the rename's rejection
+  // without a handler.
   const renamed = (options.renameAfter ?? Promise.resolve()).catch(() => {})
     .then(() => port.rename(temporary, path));
-  const [closed, moved] = await Promise.allSettled([handle.close(), renamed]);
+  const closing = (async () => await handle.close())();
+  const [closed, moved] = await Promise.allSettled([closing, renamed]);
   if (moved.status === "rejected") {
     await port.remove(temporary);
     throw moved.reason;
