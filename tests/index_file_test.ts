@@ -263,6 +263,13 @@ for (const { adapter, skip } of cases) {
         }
         // The last entry's time difference, from the first message's time.
         assert.equal(byKey.entryAt(byKey.indexCount - 1).timeDiffSec, Math.trunc(8 * 700 / 1000));
+        // Byte for byte, the header included.
+        await byKey.flush();
+        await byMessage.flush();
+        assert.deepEqual(
+          await env.port.readFile(byMessage.path),
+          await env.port.readFile(byKey.path),
+        );
         await byKey.close();
         await byMessage.close();
       });

@@ -17,7 +17,8 @@
  * sequential, so units and index keys go in commit-log order.
  *
  * Two ways forward, never at the same time:
- * - {@link Dispatcher.dispatchNow}, called by the put path: a bounded
+ * - {@link Dispatcher.dispatchNow}, called by the put path (the store
+ *   calls it once for up to 16 single puts, and before any read): a bounded
  *   slice of records dispatched synchronously, as long as none needs I/O
  *   (a consume queue rolling to a file not prepared, a new index file, a
  *   port that cannot map; a new consume queue takes its first units in
