@@ -6,7 +6,7 @@
  */
 
 import { performance } from "node:perf_hooks";
-import { setImmediate } from "node:timers";
+import { clearImmediate, setImmediate } from "node:timers";
 import { assert } from "../assert.ts";
 
 /**
@@ -152,5 +152,24 @@ export class ManualClock implements Clock {
  * ```
  */
 export function nextTurn(): Promise<void> {
-  return new Promise<void>((resolve) => setImmediate(resolve));
+  return new Promise<void>((resolve) => onNextTurn(resolve));
+}
+
+/**
+ * Calls `callback` once on a later turn of the event loop, as
+ * {@link nextTurn} resolves.
+ *
+ * @example
+ * ```ts
+ * import { onNextTurn } from "./clock.ts";
+ *
+ * const cancel = onNextTurn(() => console.log("later"));
+ * cancel();
+ * ```
+ *
+ * @returns A function that cancels the call (idempotent).
+ */
+export function onNextTurn(callback: () => void): () => void {
+  const id = setImmediate(callback);
+  return () => clearImmediate(id);
 }
