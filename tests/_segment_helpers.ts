@@ -179,6 +179,39 @@ export function spyPort(
 }
 
 /**
+ * Around-hooks for a mapping's pre-faults and syncs: each gets the call's
+ * range and `run`, the real call.
+ */
+export interface MappingHooks {
+  populate?(position: number, length: number, run: () => Promise<void>): Promise<void>;
+  sync?(position: number, length: number, run: () => Promise<void>): Promise<void>;
+}
+
+/**
+ * {@link mappingsPort} with `Mapping.populate` and `Mapping.sync` going
+ * through `hooks` (the other calls as they are).
+ */
+export function hookedMappingsPort(
+  inner: RuntimePort,
+  hooks: MappingHooks,
+  only?: (path: string) => boolean,
+): RuntimePort {
+  const wrapMapping = (mapping: Mapping): Mapping =>
+    new Proxy(mapping, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        const hook = key === "populate" ? hooks.populate : key === "sync" ? hooks.sync : undefined;
+        if (hook !== undefined) {
+          return (position: number, length: number) =>
+            hook(position, length, () => value.call(target, position, length));
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  return mappingsPort(inner, wrapMapping, only);
+}
+
+/**
  * `inner`, with every mapping of the files it creates or opens (awaited or
  * synchronous calls) passed through `wrapMapping`; with `only`, just the
  * files whose path it accepts.

@@ -15,9 +15,9 @@ import path from "node:path";
 import { describe, test } from "node:test";
 import { MessageStore } from "../src/store/message_store.ts";
 import { MemoryPort } from "../src/runtime/mod.ts";
-import type { Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type { RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
-import { mappingsPort, segmentName } from "./_segment_helpers.ts";
+import { hookedMappingsPort, segmentName } from "./_segment_helpers.ts";
 import {
   body,
   openMemoryStore,
@@ -29,20 +29,12 @@ import {
 /** `inner`, logging each commit-log pre-fault (`populated a-b`) once it ended. */
 function populateLog(inner: RuntimePort): { port: RuntimePort; events: string[] } {
   const events: string[] = [];
-  const wrapMapping = (mapping: Mapping): Mapping =>
-    new Proxy(mapping, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (key === "populate") {
-          return async (position: number, length: number) => {
-            await target.populate(position, length);
-            events.push(`populated ${position}-${position + length}`);
-          };
-        }
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    });
-  const port = mappingsPort(inner, wrapMapping, (path) => path.includes("/commitlog/"));
+  const port = hookedMappingsPort(inner, {
+    async populate(position, length, run) {
+      await run();
+      events.push(`populated ${position}-${position + length}`);
+    },
+  }, (path) => path.includes("/commitlog/"));
   return { port, events };
 }
 

@@ -12,10 +12,10 @@ import { describe, test } from "node:test";
 import { setImmediate } from "node:timers";
 import { MappedFile } from "../src/segment/mapped_file.ts";
 import { PREPARE_POPULATE_CHUNK_BYTES } from "../src/segment/constants.ts";
-import type { Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type { RuntimePort } from "../src/runtime/port.ts";
 import {
   adapterCases,
-  mappingsPort,
+  hookedMappingsPort,
   type SegmentEnv,
   segmentName,
   settle,
@@ -42,22 +42,14 @@ function populateGates(inner: RuntimePort): PopulateGates {
   const events: string[] = [];
   const held: Array<() => void> = [];
   let open = false;
-  const wrapMapping = (mapping: Mapping): Mapping =>
-    new Proxy(mapping, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (key === "populate") {
-          return async (position: number, length: number) => {
-            events.push(`populate ${position}-${position + length}`);
-            if (!open) await new Promise<void>((resolve) => held.push(resolve));
-            await target.populate(position, length);
-            events.push(`populated ${position}-${position + length}`);
-          };
-        }
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    });
-  const port = mappingsPort(inner, wrapMapping);
+  const port = hookedMappingsPort(inner, {
+    async populate(position, length, run) {
+      events.push(`populate ${position}-${position + length}`);
+      if (!open) await new Promise<void>((resolve) => held.push(resolve));
+      await run();
+      events.push(`populated ${position}-${position + length}`);
+    },
+  });
   return {
     port,
     events,

@@ -8,12 +8,12 @@ import {
   PREPARE_POPULATE_CHUNK_BYTES,
   PREPARE_WRITE_CHUNK_BYTES,
 } from "../src/segment/constants.ts";
-import type { Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type { RuntimePort } from "../src/runtime/port.ts";
 import { TransientStorePool } from "../src/segment/transient_store_pool.ts";
 import { pattern } from "./_helpers.ts";
 import {
   adapterCases,
-  mappingsPort,
+  hookedMappingsPort,
   rejectsWithCode,
   type SegmentEnv,
   segmentName,
@@ -95,28 +95,18 @@ function gatedPopulatePort(inner: RuntimePort): {
   const events: string[] = [];
   let open!: () => void;
   const gate = new Promise<void>((resolve) => open = resolve);
-  const wrapMapping = (mapping: Mapping): Mapping =>
-    new Proxy(mapping, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (key === "populate") {
-          return async (position: number, length: number) => {
-            events.push(`populate ${position}-${position + length}`);
-            await gate;
-            await target.populate(position, length);
-            events.push(`populated ${position}-${position + length}`);
-          };
-        }
-        if (key === "sync") {
-          return (position: number, length: number) => {
-            events.push(`sync ${position}-${position + length}`);
-            return target.sync(position, length);
-          };
-        }
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    });
-  const port = mappingsPort(inner, wrapMapping);
+  const port = hookedMappingsPort(inner, {
+    async populate(position, length, run) {
+      events.push(`populate ${position}-${position + length}`);
+      await gate;
+      await run();
+      events.push(`populated ${position}-${position + length}`);
+    },
+    sync(position, length, run) {
+      events.push(`sync ${position}-${position + length}`);
+      return run();
+    },
+  });
   return { port, events, open };
 }
 
