@@ -60,10 +60,25 @@ export const CRC32_NATIVE_THRESHOLDS: Readonly<
 };
 
 /** Slicing-by-8 tables: 8 × 256 entries, table k at `k * 256`. */
-const TABLES: Int32Array = buildTables();
+const TABLES: Int32Array = crc32SliceTables(8);
 
-function buildTables(): Int32Array {
-  const tables = new Int32Array(8 * 256);
+/**
+ * The tables of slicing-by-`count` CRC-32: `count` × 256 entries, table k
+ * at `k * 256` (table 0 is the classic byte table; table k advances a
+ * byte's CRC by k more zero bytes).
+ *
+ * @example
+ * ```ts
+ * import { crc32SliceTables } from "./crc32.ts";
+ *
+ * crc32SliceTables(8)[1]; // 0x77073096
+ * ```
+ *
+ * @param count Tables wanted (at least 1).
+ * @returns The tables, one after the other.
+ */
+export function crc32SliceTables(count: number): Int32Array {
+  const tables = new Int32Array(count * 256);
   for (let n = 0; n < 256; n++) {
     let c = n;
     for (let k = 0; k < 8; k++) c = c & 1 ? POLYNOMIAL_REFLECTED ^ (c >>> 1) : c >>> 1;
@@ -71,7 +86,7 @@ function buildTables(): Int32Array {
   }
   for (let n = 0; n < 256; n++) {
     let c = tables[n]!;
-    for (let k = 1; k < 8; k++) {
+    for (let k = 1; k < count; k++) {
       c = tables[c & 0xFF]! ^ (c >>> 8);
       tables[k * 256 + n] = c;
     }

@@ -38,10 +38,8 @@
  * @module
  */
 
-import { bodyCrc, type BodyCrcWriter } from "../record/crc32.ts";
+import { bodyCrc, type BodyCrcWriter, crc32SliceTables } from "../record/crc32.ts";
 
-/** The reflected IEEE polynomial. */
-const POLYNOMIAL_REFLECTED = 0xEDB88320;
 /** Tables of slicing-by-16: 16 × 256 int32, table k at byte `k * 0x400`. */
 const TABLE_COUNT = 0x10;
 /** Bytes of one table. */
@@ -289,24 +287,6 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   ]);
 }
 
-/** The slicing-by-16 tables, as the module reads them. */
-function buildTables(): Int32Array {
-  const tables = new Int32Array(TABLE_COUNT * 256);
-  for (let n = 0; n < 256; n++) {
-    let c = n;
-    for (let k = 0; k < 8; k++) c = c & 1 ? POLYNOMIAL_REFLECTED ^ (c >>> 1) : c >>> 1;
-    tables[n] = c;
-  }
-  for (let n = 0; n < 256; n++) {
-    let c = tables[n]!;
-    for (let k = 1; k < TABLE_COUNT; k++) {
-      c = tables[c & 0xFF]! ^ (c >>> 8);
-      tables[k * 256 + n] = c;
-    }
-  }
-  return tables;
-}
-
 /** The writer over one instance of the module. */
 class WasmBodyCrcWriter implements BodyCrcWriter {
   readonly name = "WebAssembly slicing-by-16 (batch) + node:zlib crc32";
@@ -324,7 +304,7 @@ class WasmBodyCrcWriter implements BodyCrcWriter {
     this.#crcs = crcs;
     this.#bytes = new Uint8Array(memory.buffer);
     this.#words = new Int32Array(memory.buffer);
-    this.#words.set(buildTables());
+    this.#words.set(crc32SliceTables(TABLE_COUNT));
   }
 
   write(bytes: Uint8Array, ranges: Int32Array, count: number): number {
