@@ -369,6 +369,29 @@ export async function waitForSegments(
   throw new Error(`${directory} never reached ${count} segments`);
 }
 
+/**
+ * The KEYS of every message of one queue, as numbers, in queue order;
+ * checks each page's queue offsets run on without a gap.
+ */
+export async function queueKeyNumbers(
+  store: MessageStore,
+  topic: string,
+  queueId: number,
+): Promise<number[]> {
+  const seen: number[] = [];
+  let next = store.getMinQueueOffset(topic, queueId);
+  for (let round = 0; round < 1000; round++) {
+    const page = await store.getMessages(topic, queueId, next, 32);
+    if (page.status !== "FOUND") break;
+    for (const [i, message] of page.messages.entries()) {
+      assert.equal(message.queueOffset, next + i);
+      seen.push(Number(message.properties.get("KEYS")));
+    }
+    next = page.nextQueueOffset;
+  }
+  return seen;
+}
+
 /** A port that can be killed: after {@link KillablePort.kill} every call fails, as in a dead process. */
 export interface KillablePort {
   port: RuntimePort;

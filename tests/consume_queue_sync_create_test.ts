@@ -20,8 +20,7 @@ import { runtimeName } from "../src/runtime/info.ts";
 import { createSegmentNow } from "../src/segment/_create_segment.ts";
 import { ConsumeQueueAllocator } from "../src/store/_consume_queue_allocator.ts";
 import { ConsumeQueue } from "../src/store/consume_queue.ts";
-import type { MessageStore } from "../src/store/message_store.ts";
-import { body, killablePort, openMemoryStore } from "./_store_helpers.ts";
+import { body, killablePort, openMemoryStore, queueKeyNumbers } from "./_store_helpers.ts";
 import { settle } from "./_segment_helpers.ts";
 
 const FILE_BYTES = 20 * 8;
@@ -372,22 +371,6 @@ describe("ConsumeQueue.load() after an interrupted creation", () => {
   });
 });
 
-/** Every body number of topic A queue 0, in queue order. */
-async function readQueue(store: MessageStore): Promise<number[]> {
-  const seen: number[] = [];
-  let next = store.getMinQueueOffset("A", 0);
-  for (let round = 0; round < 1000; round++) {
-    const page = await store.getMessages("A", 0, next, 32);
-    if (page.status !== "FOUND") break;
-    for (const [i, message] of page.messages.entries()) {
-      assert.equal(message.queueOffset, next + i);
-      seen.push(Number(message.properties.get("KEYS")));
-    }
-    next = page.nextQueueOffset;
-  }
-  return seen;
-}
-
 describe("ConsumeQueue crash with files created synchronously", () => {
   test("load() and recover() take what a torn crash leaves of files created since the last flush", async () => {
     /** What the crashes left of the last file created: no name, zero-length or full of zeros. */
@@ -489,7 +472,7 @@ describe("MessageStore crash with consume-queue files created synchronously", ()
       try {
         assert.equal(again.recovery.clean, false);
         const expected = Array.from({ length: messages }, (_, i) => i);
-        assert.deepEqual(await readQueue(again), expected, `seed ${seed}`);
+        assert.deepEqual(await queueKeyNumbers(again, "A", 0), expected, `seed ${seed}`);
       } finally {
         await again.close();
       }

@@ -22,27 +22,11 @@ import { createPort } from "../src/runtime/mod.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { withTempDirectory } from "./_helpers.ts";
-import { body, settle } from "./_store_helpers.ts";
+import { body, queueKeyNumbers, settle } from "./_store_helpers.ts";
 
 const TOPIC = "Gap";
 const UNITS_PER_FILE = 64;
 const MESSAGES = 5 * UNITS_PER_FILE + 17;
-
-/** The store's messages in queue order: the seed each body was made from. */
-async function served(store: MessageStore): Promise<number[]> {
-  const seen: number[] = [];
-  let next = store.getMinQueueOffset(TOPIC, 0);
-  for (let round = 0; round < 1000; round++) {
-    const page = await store.getMessages(TOPIC, 0, next, 32);
-    if (page.status !== "FOUND") break;
-    for (const [i, message] of page.messages.entries()) {
-      assert.equal(message.queueOffset, next + i);
-      seen.push(Number(message.properties.get("KEYS")));
-    }
-    next = page.nextQueueOffset;
-  }
-  return seen;
-}
 
 async function put(store: MessageStore, from: number, count: number): Promise<void> {
   for (let i = from; i < from + count; i++) {
@@ -108,7 +92,7 @@ async function openWithLostName(
   const readOnly = await MessageStore.open(copy, { ...options, readOnly: true });
   try {
     assert.deepEqual(
-      await served(readOnly),
+      await queueKeyNumbers(readOnly, TOPIC, 0),
       Array.from({ length: lostFile * UNITS_PER_FILE }, (_, i) => i),
     );
   } finally {
@@ -131,10 +115,10 @@ describe("MessageStore.open() with a consume-queue file name lost", () => {
         assert.equal(again.recovery.clean, false);
         assert.equal(again.recovery.dispatchedFrom, checkpoint.consumeQueueOffset);
         const expected = Array.from({ length: MESSAGES }, (_, i) => i);
-        assert.deepEqual(await served(again), expected);
+        assert.deepEqual(await queueKeyNumbers(again, TOPIC, 0), expected);
         await put(again, MESSAGES, 10);
         expected.push(...Array.from({ length: 10 }, (_, i) => MESSAGES + i));
-        assert.deepEqual(await served(again), expected);
+        assert.deepEqual(await queueKeyNumbers(again, TOPIC, 0), expected);
       } finally {
         await again.close();
       }
@@ -149,10 +133,10 @@ describe("MessageStore.open() with a consume-queue file name lost", () => {
         assert.equal(again.recovery.clean, false);
         assert.ok(warnings.some((w) => w.includes("replaying")), warnings.join("\n"));
         const expected = Array.from({ length: MESSAGES }, (_, i) => i);
-        assert.deepEqual(await served(again), expected);
+        assert.deepEqual(await queueKeyNumbers(again, TOPIC, 0), expected);
         await put(again, MESSAGES, 10);
         expected.push(...Array.from({ length: 10 }, (_, i) => MESSAGES + i));
-        assert.deepEqual(await served(again), expected);
+        assert.deepEqual(await queueKeyNumbers(again, TOPIC, 0), expected);
       } finally {
         await again.close();
       }
