@@ -456,18 +456,6 @@ export class IndexFile {
     phyOffset: number,
     storeTimestamp: number,
   ): boolean {
-    const indexCount = this.#indexCount;
-    // The dispatcher's case, one message's keys past the file's first
-    // entries, in one flat body: through the private helpers (checks,
-    // positions, int64 halves) it cost 4–5× the bytes it writes.
-    if (
-      indexCount > 1 && count > 0 && count <= javaHashes.length &&
-      this.indexNum - indexCount >= count && !this.#closed && !this.#readOnly &&
-      Number.isSafeInteger(phyOffset) && phyOffset >= 0 && Number.isSafeInteger(storeTimestamp)
-    ) {
-      this.#appendKeysFlat(javaHashes, count, phyOffset, storeTimestamp, indexCount);
-      return true;
-    }
     this.#checkPut(phyOffset, storeTimestamp);
     if (!Number.isInteger(count) || count < 0 || count > javaHashes.length) {
       throw new RangeError(`count ${count} is outside [0, ${javaHashes.length}]`);
@@ -626,60 +614,6 @@ export class IndexFile {
     this.#indexCount = indexCount;
     this.#endPhyOffset = phyOffset;
     this.#endTimestamp = storeTimestamp;
-  }
-
-  /**
-   * {@link putKeyHashes} past the file's first entries, its arguments
-   * checked: the bytes of {@link IndexFile.#appendEntries},
-   * {@link IndexFile.#writeHeaderEnd} and the dirty range, with every
-   * position worked out from locals.
-   */
-  #appendKeysFlat(
-    javaHashes: Int32Array,
-    count: number,
-    phyOffset: number,
-    storeTimestamp: number,
-    indexCount: number,
-  ): void {
-    const view = this.#view;
-    const slotNum = this.hashSlotNum;
-    const entriesStart = INDEX_HEADER_SIZE_BYTES + slotNum * HASH_SLOT_SIZE_BYTES;
-    const timeDiffSec = this.#timeDiffSecOf(storeTimestamp);
-    const phyHigh = Math.floor(phyOffset / TWO_POW_32);
-    const phyLow = phyOffset >>> 0;
-    let hashSlotCount = this.#hashSlotCount;
-    let entry = entriesStart + indexCount * INDEX_ENTRY_SIZE_BYTES;
-    for (let i = 0; i < count; i++, indexCount++, entry += INDEX_ENTRY_SIZE_BYTES) {
-      const javaHash = javaHashes[i]!;
-      // indexKeyHashOf, inline.
-      const absHash = javaHash < 0 ? -javaHash : javaHash;
-      const keyHash = absHash > INT32_MAX ? 0 : absHash;
-      const slotPosition = INDEX_HEADER_SIZE_BYTES + (keyHash % slotNum) * HASH_SLOT_SIZE_BYTES;
-      let slotValue = view.getInt32(slotPosition);
-      if (slotValue <= INVALID_INDEX || slotValue > indexCount) {
-        slotValue = INVALID_INDEX;
-        hashSlotCount++;
-      }
-      view.setInt32(entry + ENTRY_KEY_HASH_POSITION, keyHash);
-      view.setInt32(entry + ENTRY_PHY_OFFSET_POSITION, phyHigh);
-      view.setUint32(entry + ENTRY_PHY_OFFSET_POSITION + 4, phyLow);
-      view.setInt32(entry + ENTRY_TIME_DIFF_POSITION, timeDiffSec);
-      view.setInt32(entry + ENTRY_PREV_INDEX_POSITION, slotValue);
-      view.setInt32(slotPosition, indexCount);
-    }
-    this.#indexCount = indexCount;
-    this.#hashSlotCount = hashSlotCount;
-    this.#endPhyOffset = phyOffset;
-    this.#endTimestamp = storeTimestamp;
-    view.setInt32(HEADER_END_TIMESTAMP_POSITION, Math.floor(storeTimestamp / TWO_POW_32));
-    view.setUint32(HEADER_END_TIMESTAMP_POSITION + 4, storeTimestamp >>> 0);
-    view.setInt32(HEADER_END_PHY_OFFSET_POSITION, phyHigh);
-    view.setUint32(HEADER_END_PHY_OFFSET_POSITION + 4, phyLow);
-    view.setInt32(HEADER_HASH_SLOT_COUNT_POSITION, hashSlotCount);
-    view.setInt32(HEADER_INDEX_COUNT_POSITION, indexCount);
-    // The header (from 0) and the entries: the slots lie between them.
-    this.#dirtyStart = 0;
-    if (entry > this.#dirtyEnd) this.#dirtyEnd = entry;
   }
 
   #checkPut(phyOffset: number, storeTimestamp: number): void {
@@ -1066,8 +1000,6 @@ function lastEntryTimestamp(
 
 /** Milliseconds in a second (entries keep time to the second). */
 const MS_PER_SECOND = 1000;
-/** 2^32: an int64 field's high half is `floor(value / 2^32)`. */
-const TWO_POW_32 = 0x1_0000_0000;
 
 function checkedFileSize(options: IndexFileOptions): number {
   const { hashSlotNum, indexNum } = options;
