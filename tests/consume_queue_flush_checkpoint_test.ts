@@ -1,9 +1,9 @@
 /**
  * The consume-queue flusher's least-pages flushes move the checkpoint
  * (session 9, helper H) only when every unit before the progress snapshot
- * is durable, and the index point only when the index has nothing
- * unflushed; an abnormal open then re-dispatches from there, not from the
- * last thorough flush.
+ * is durable, and the index point with it (the index flushed first when
+ * keys went in since its last flush); an abnormal open then re-dispatches
+ * from there, not from the last thorough flush.
  *
  * @module
  */
@@ -152,7 +152,7 @@ describe("ConsumeQueueFlushService least-pages checkpoint", () => {
     }
   });
 
-  test("ConsumeQueueFlushService leaves the index point when the index has unflushed keys", async () => {
+  test("ConsumeQueueFlushService flushes an index with unflushed keys and moves its point", async () => {
     const env = await flusherEnv(true);
     try {
       env.queues.push({ maxOffsetInQueue: 500, flushedWhere: 0, flushes: true });
@@ -161,8 +161,9 @@ describe("ConsumeQueueFlushService least-pages checkpoint", () => {
       env.progress.timestampMs = env.clock.nowMs();
       const checkpoint = await tickUntilWritten(env, 64_000);
       assert.equal(checkpoint.consumeQueueOffset, 64_000);
-      assert.equal(checkpoint.indexOffset, -1);
-      assert.equal(checkpoint.indexMsgTimestamp, 0);
+      assert.equal(env.index.flushed, 1);
+      assert.equal(checkpoint.indexOffset, 64_000);
+      assert.equal(checkpoint.indexMsgTimestamp, env.progress.timestampMs);
       // A unit put after the snapshot does not hold the point back, one
       // before it does.
       env.queues[0]!.flushes = false;
@@ -176,20 +177,25 @@ describe("ConsumeQueueFlushService least-pages checkpoint", () => {
     }
   });
 
-  // A plain crash, then torn ones (each dirty page kept or lost).
-  for (const seed of [undefined, 0x5EED1, 0x5EED2, 0x5EED3]) {
+  // A plain crash, then torn ones (each dirty page kept or lost); with a
+  // key on every message, the index point moves too.
+  const cases = [
+    ...[undefined, 0x5EED1, 0x5EED2, 0x5EED3].map((seed) => ({ seed, keyed: false })),
+    ...[undefined, 0x5EED4].map((seed) => ({ seed, keyed: true })),
+  ];
+  for (const { seed, keyed } of cases) {
     test(
-      `MessageStore.open() after a ${
-        seed === undefined ? "" : "torn "
-      }crash re-dispatches from the last least-pages flush`,
+      `MessageStore.open() after a ${seed === undefined ? "" : "torn "}crash ${
+        keyed ? "of a keyed store " : ""
+      }re-dispatches from the last least-pages flush`,
       async () => {
-        await crashAfterLeastPagesFlush(seed);
+        await crashAfterLeastPagesFlush(seed, keyed);
       },
     );
   }
 });
 
-async function crashAfterLeastPagesFlush(seed: number | undefined): Promise<void> {
+async function crashAfterLeastPagesFlush(seed: number | undefined, keyed: boolean): Promise<void> {
   {
     const env = await openMemoryStore({
       flushDiskType: "SYNC_FLUSH",
@@ -198,7 +204,12 @@ async function crashAfterLeastPagesFlush(seed: number | undefined): Promise<void
     });
     // Two queues, 300 units each: over a page (204 units) of each.
     for (let i = 0; i < 600; i++) {
-      const r = await env.store.putMessage({ topic: "L", queueId: i % 2, body: body(40, i) });
+      const r = await env.store.putMessage({
+        topic: "L",
+        queueId: i % 2,
+        body: body(40, i),
+        properties: keyed ? { KEYS: `k${i}` } : undefined,
+      });
       assert.equal(r.status, "PUT_OK");
     }
     const point = env.store.maxOffset;
@@ -208,7 +219,7 @@ async function crashAfterLeastPagesFlush(seed: number | undefined): Promise<void
       assert.ok(turn < 10_000, "the checkpoint never moved");
       const checkpoint = await StoreCheckpoint.load(env.port, `${env.directory}/checkpoint`);
       if (checkpoint.consumeQueueOffset === point) {
-        // No key ever: the index point moves with the queues'.
+        // With or without keys, the index point moves with the queues'.
         assert.equal(checkpoint.indexOffset, point);
         break;
       }
@@ -236,6 +247,13 @@ async function crashAfterLeastPagesFlush(seed: number | undefined): Promise<void
         assert.equal(next, 320);
       }
       assert.equal((await again.queryMessages("L", "late")).messages.length, 1);
+      if (keyed) {
+        for (let i = 0; i < 600; i++) {
+          const found = await again.queryMessages("L", `k${i}`);
+          assert.equal(found.messages.length, 1, `key k${i}`);
+          assert.deepEqual(found.messages[0]!.body, body(40, i));
+        }
+      }
     } finally {
       await again.close();
     }
