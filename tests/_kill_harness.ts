@@ -828,6 +828,12 @@ async function reopenAndVerify(
         `${origin}: recovery says clean=${store.recovery.clean}, abort ${abortExists}`,
       );
     }
+    // Every child ran on this boot: its death kept the page cache, and the
+    // recovery looked for stale bytes within one put only (what follows
+    // checks that nothing stale is left past the cut all the same).
+    if (abortExists && !store.recovery.sameBoot) {
+      throw new Error(`${origin}: a killed child's store was not recovered as this boot's`);
+    }
     if (store.maxOffset !== raw.cutOffset || store.recovery.maxOffset !== raw.cutOffset) {
       throw new Error(
         `${origin}: the store recovered to ${store.maxOffset} (report ${store.recovery.maxOffset}); the first invalid record is at ${raw.cutOffset}: ${raw.stop}`,

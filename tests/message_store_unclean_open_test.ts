@@ -273,6 +273,80 @@ describe("MessageStore unclean open cost", () => {
     }
   });
 
+  /** The `abort` marker as a process of the port's current boot writes it. */
+  async function markerOfThisBoot(env: MemoryStoreEnv): Promise<Uint8Array> {
+    return new TextEncoder().encode(`boot ${await env.port.bootId()}\n`);
+  }
+
+  const bootCases = [
+    { name: "of a process of this boot looks for stale bytes within one put", sameBoot: true },
+    { name: "left by RocketMQ (an empty marker) looks as far as a power loss", sameBoot: false },
+  ];
+  for (const { name, sameBoot } of bootCases) {
+    test(`MessageStore.open() after a crash ${name}`, async () => {
+      const env = await openStore();
+      const i = await putUntil(env.store, SEGMENT_BYTES + 0x800, 0);
+      await checkpointNow(env);
+      const cut = env.store.maxOffset;
+      await settle();
+      env.port.crash();
+      // The marker the crashed process left: naming this boot (a process
+      // death, the page cache kept), or empty.
+      await env.port.writeFileAtomic(
+        `${env.directory}/abort`,
+        sameBoot ? await markerOfThisBoot(env) : new Uint8Array(0),
+      );
+      // A torn put right at the cut, and a byte past any put's reach but
+      // within a power loss's.
+      const put = MAX_MESSAGE_BYTES + 8;
+      const near = cut + 0x10;
+      const far = cut + 2 * put + 0x100;
+      assert.ok(far < cut + STALE_BYTES_MAX - put && far % SEGMENT_BYTES > cut % SEGMENT_BYTES);
+      await writeAt(env, near, new Uint8Array([0xA5]));
+      await writeAt(env, far, new Uint8Array([0x5A]));
+      const again = await env.reopen();
+      try {
+        assert.equal(again.recovery.clean, false);
+        assert.equal(again.recovery.sameBoot, sameBoot);
+        assert.equal(again.recovery.endKind, "invalid");
+        assert.equal(again.maxOffset, cut);
+        assert.equal(await byteAt(env, near), 0);
+        // Only the search after a power loss reaches the far byte.
+        assert.equal(await byteAt(env, far), sameBoot ? 0x5A : 0);
+        await assertServed(again, i);
+        // Either way the store is marked with this boot once recovered.
+        assert.deepEqual(
+          await env.port.readFile(`${env.directory}/abort`),
+          await markerOfThisBoot(env),
+        );
+      } finally {
+        await again.close();
+      }
+    });
+  }
+
+  test("MessageStore.open() marks a store with its boot, and a reboot is not the same boot", async () => {
+    const env = await openStore();
+    const marker = await markerOfThisBoot(env);
+    assert.deepEqual(await env.port.readFile(`${env.directory}/abort`), marker);
+    assert.equal(env.store.recovery.sameBoot, false);
+    const i = await putUntil(env.store, SEGMENT_BYTES / 2, 0);
+    await settle();
+    env.port.crash();
+    const again = await env.reopen();
+    try {
+      assert.equal(again.recovery.clean, false);
+      assert.equal(again.recovery.sameBoot, false);
+      const now = await markerOfThisBoot(env);
+      assert.notDeepEqual(now, marker);
+      assert.deepEqual(await env.port.readFile(`${env.directory}/abort`), now);
+      await assertServed(again, i);
+    } finally {
+      await again.close();
+    }
+    assert.equal(await env.port.readFile(`${env.directory}/abort`), undefined);
+  });
+
   test("MessageStore.open() after a crash walks every record when the checkpoint has no mqstore offsets", async () => {
     const env = await openStore();
     const i = await putUntil(env.store, 3.5 * SEGMENT_BYTES, 0);

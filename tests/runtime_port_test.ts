@@ -19,8 +19,10 @@ import {
   type AdapterName,
   availableAdapters,
   createPort,
+  MemoryPort,
   type RuntimePort,
 } from "../src/runtime/mod.ts";
+import { runtimeName } from "../src/runtime/info.ts";
 import {
   hex,
   immutableDirectoriesWork,
@@ -94,6 +96,25 @@ for (const [adapter, portOrError] of created) {
     test("createPort() reports the adapter", () => {
       assert.equal(port.adapter, adapter);
       assert.equal(port.pageSizeBytes % PAGE, 0);
+    });
+
+    test("bootId() names the running boot, the same for every call and process", async () => {
+      const id = await port.bootId();
+      assert.equal(await port.bootId(), id);
+      if (inMemory) {
+        // A simulated power loss is a reboot.
+        const machine = new MemoryPort(runtimeName());
+        const before = await machine.bootId();
+        assert.ok(before !== undefined);
+        machine.crash();
+        const after = await machine.bootId();
+        assert.ok(after !== undefined && after !== before, `${before} then ${after}`);
+        assert.equal(await machine.bootId(), after);
+      } else if (fs.existsSync("/proc/sys/kernel/random/boot_id")) {
+        assert.equal(id, fs.readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim());
+      } else {
+        assert.equal(id, undefined);
+      }
     });
 
     test("createFile() creates a file of the exact size, reading zeros", async () => {

@@ -749,6 +749,10 @@ export class FsPort implements RuntimePort {
     await this.syncDirectory(parentOf(path));
   }
 
+  bootId(): Promise<string | undefined> {
+    return bootIdOfHost();
+  }
+
   async diskSpace(path: string): Promise<DiskSpace> {
     const stats = await call<fs.StatsFs>(
       "measure disk space of",
@@ -957,6 +961,23 @@ export class FsPort implements RuntimePort {
       },
     };
   }
+}
+
+/** Where Linux tells the running boot's identifier (a UUID, one line). */
+const BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id";
+
+/** The host's boot identifier, read once per process (it cannot change while the process runs). */
+let hostBootId: Promise<string | undefined> | undefined;
+
+function bootIdOfHost(): Promise<string | undefined> {
+  hostBootId ??= new Promise((resolve) => {
+    fs.readFile(BOOT_ID_PATH, "utf8", (error, text) => {
+      const id = error === null ? text.trim() : "";
+      // Anything but a short single token is not the identifier asked for.
+      resolve(id.length > 0 && id.length <= 64 && !/\s/.test(id) ? id : undefined);
+    });
+  });
+  return hostBootId;
 }
 
 /** The directory part of a path. */

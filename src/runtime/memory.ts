@@ -593,6 +593,8 @@ class MemoryDisk {
   locks = new Map<DirectoryNode, object>();
   /** See {@link MemoryPortOptions.strictSizes}. */
   strictSizes = false;
+  /** Boots of the simulated machine: each {@link crash} (a power loss) starts a new one. */
+  boots = 1;
 
   constructor(capacityBytes: number) {
     this.capacityBytes = capacityBytes;
@@ -729,6 +731,7 @@ class MemoryDisk {
       keptDirectoryOperations: 0,
       lostDirectoryOperations: 0,
     };
+    this.boots++;
     const mappedFiles = new Set<FileNode>();
     for (const mapping of this.mappings) {
       mappedFiles.add(mapping.file);
@@ -1123,7 +1126,8 @@ export class MemoryPort implements RuntimePort {
    * a seed, each dirty page and unsynced directory operation survives with
    * `keepProbability`), every mapping is unmapped with its views detached,
    * every handle is closed and every lock released. The port stays usable,
-   * like a machine after reboot. Pending faults stay armed.
+   * like a machine after reboot (with a new {@link MemoryPort.bootId}).
+   * Pending faults stay armed.
    *
    * @param options The seed of a torn crash.
    * @returns What was kept and lost.
@@ -1342,6 +1346,11 @@ export class MemoryPort implements RuntimePort {
       throw new MqStoreError("NOT_FOUND", `Cannot sync directory ${path}: ENOENT`);
     }
     node.durable = new Map(node.entries);
+  }
+
+  /** `memory-boot-N`: N counts the simulated machine's boots, one more after each {@link crash}. */
+  bootId(): Promise<string | undefined> {
+    return Promise.resolve(`memory-boot-${this.#disk.boots}`);
   }
 
   async readFile(path: string): Promise<Uint8Array | undefined> {

@@ -458,6 +458,15 @@ export interface RuntimePort {
   /** Space of the file system holding `path`. */
   diskSpace(path: string): Promise<DiskSpace>;
   /**
+   * An identifier of the running boot of the machine (Linux:
+   * `/proc/sys/kernel/random/boot_id`), the same for every process until
+   * the next reboot; undefined where the system offers none. A store left
+   * open by a process of this boot lost nothing its process wrote: the
+   * page cache outlives the process, and only a power loss or a kernel
+   * crash (a new boot) can lose a written page and keep a later one.
+   */
+  bootId(): Promise<string | undefined>;
+  /**
    * Takes the single-writer lock of a store directory: an OFD lock
    * (`F_OFD_SETLK`) on byte 0 of `<dir>/lock`, or a pid file where OFD
    * locks are unavailable. Fails with `LOCKED`, naming the holder where one

@@ -4,7 +4,8 @@
  * the index, and closes it cleanly.
  *
  * ```
- * open:  lock ─► abort marker (absent = last close was clean) ─► checkpoint
+ * open:  lock ─► abort marker (absent = last close was clean; holds the boot
+ *           that wrote it) ─► checkpoint
  *        ─► load consume queues ─► load + recover the commit log ─► load
  *           the index (unclean: files cut back to the checkpoint's point)
  *        ─► cut consume-queue units past the log end ─► re-dispatch from
@@ -82,6 +83,16 @@ export interface RecoveryReport {
   detail: string;
   /** Where re-dispatch into the consume queues and the index started. */
   dispatchedFrom: number;
+  /**
+   * After a crash: whether the store was left open by a process of the
+   * machine's current boot (its `abort` marker names the boot), so the page
+   * cache held every byte that process wrote. The search for stale bytes
+   * past the log's end, which only a power loss can leave (a later page
+   * kept, an earlier one lost), was then skipped. False after a clean
+   * close, a reboot, or a marker without a boot (RocketMQ's, an older
+   * mqstore's).
+   */
+  sameBoot: boolean;
 }
 
 /**
@@ -147,6 +158,24 @@ export interface SubscribeOptions {
 
 function join(directory: string, name: string): string {
   return directory.endsWith("/") ? directory + name : `${directory}/${name}`;
+}
+
+/**
+ * What mqstore writes into the `abort` marker: `boot <id>` and a newline,
+ * or nothing where the system has no boot id. RocketMQ only looks at
+ * whether the marker exists (and writes it empty).
+ */
+const ABORT_BOOT_PREFIX = "boot ";
+
+function abortMarker(bootId: string | undefined): Uint8Array {
+  return new TextEncoder().encode(bootId === undefined ? "" : `${ABORT_BOOT_PREFIX}${bootId}\n`);
+}
+
+/** The boot an `abort` marker names, or undefined (empty: RocketMQ's or an older mqstore's). */
+function bootOfAbort(bytes: Uint8Array): string | undefined {
+  const text = new TextDecoder().decode(bytes);
+  if (!text.startsWith(ABORT_BOOT_PREFIX) || !text.endsWith("\n")) return undefined;
+  return text.slice(ABORT_BOOT_PREFIX.length, -1);
 }
 
 /**
@@ -397,10 +426,13 @@ export class MessageStore {
         throw new MqStoreError("NOT_FOUND", `Cannot open ${directory} read-only: no such store`);
       }
       const abortPath = join(directory, "abort");
-      const clean = (await port.stat(abortPath)) === undefined;
+      const bootId = await port.bootId();
+      const left = await port.readFile(abortPath);
+      const clean = left === undefined;
+      const sameBoot = !clean && bootId !== undefined && bootOfAbort(left) === bootId;
       if (!readOnly && clean) {
         // Before any other write: a crash from here on must read as unclean.
-        await port.writeFileAtomic(abortPath, new Uint8Array(0));
+        await port.writeFileAtomic(abortPath, abortMarker(bootId));
       }
       const checkpoint = await StoreCheckpoint.load(port, join(directory, "checkpoint"));
       const stats = new StoreStats();
@@ -459,7 +491,7 @@ export class MessageStore {
       // walk them too (tools report the records scanned).
       const tableFromConsumeQueues = !readOnly && checkpoint.consumeQueueOffset >= 0 &&
         consumeQueueEnd >= 0;
-      const scan = await commitLog.loadAndRecover(clean, { tableFromConsumeQueues });
+      const scan = await commitLog.loadAndRecover(clean, { tableFromConsumeQueues, sameBoot });
       const endOffset = commitLog.maxOffset;
       const minOffset = commitLog.minOffset;
       if (resolved.messageIndexEnable) {
@@ -550,6 +582,14 @@ export class MessageStore {
         }
       }
       await consumeQueues.correctMinOffset(minOffset);
+      if (!readOnly && !clean && !sameBoot) {
+        // Recovered (whatever a power loss left past the log's end is
+        // zeroed): from here on the page cache of this boot holds the
+        // store, and a crash of this process needs no search for stale
+        // bytes. A crash before this line leaves the old marker, and the
+        // next open searches again.
+        await port.writeFileAtomic(abortPath, abortMarker(bootId));
+      }
       store = new MessageStore(
         directory,
         resolved,
@@ -562,6 +602,7 @@ export class MessageStore {
           endKind: scan.endKind,
           detail: scan.detail,
           dispatchedFrom: start.fromOffset,
+          sameBoot,
         },
       );
       if (!readOnly) {
