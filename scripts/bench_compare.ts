@@ -20,9 +20,11 @@
  * Every repeat spawns one worker process per runtime
  * (`bench/compare/worker.ts`); the runtimes take turns, and the case order
  * is reversed every other repeat, so no store always runs first or last
- * (memory left idle refills several times slower on this VM). Each case is
- * warmed up with a tenth of its size. The report gives medians and the
- * spread (min–max) over the repeats.
+ * (memory left idle refills several times slower on this VM). Each
+ * throughput case is timed after two untimed runs of its full size, each
+ * on a fresh store (`THROUGHPUT_WARMUP_RUNS`), the same for every store;
+ * the other cases after a tenth of their size. The report gives medians
+ * and the spread (min–max) over the repeats.
  *
  * @module
  */
@@ -52,6 +54,7 @@ import {
   FULL_SIZING,
   MANY_PRODUCERS,
   QUICK_SIZING,
+  THROUGHPUT_WARMUP_RUNS,
 } from "../bench/compare/workloads.ts";
 import { BIN, exitOf, jsonLines, ROOT, runBench } from "./_bench_runner.ts";
 
@@ -290,7 +293,7 @@ function main(): void {
       sizing.throughputRecords[1024]!.toLocaleString("en")
     } of 1 KiB in batches of ${BATCH_RECORDS}. **sync**: a record is acknowledged only once it is on disk; 1 producer, or ${MANY_PRODUCERS} concurrent producers, put for ${sizing.durableMs} ms and every ack's latency is recorded.`,
     "- Limits are measured by the same worker: memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync (the 1-producer limit); a raw group commit of 64 producers, one write + fdatasync per batch, with 1 and with 2 flushes in flight (the 64-producer limit is the better of the two). The durable limits write into a file prepared as mqstore's SYNC_FLUSH segments are (allocated, pre-faulted, zeros written through), as `bench/commit_log_bench.ts` measures them too (`bench/_raw_group_commit.ts`).",
-    "- Every case runs on a fresh directory after a warm-up of a tenth of its size. Runtimes take turns and the case order is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.",
+    `- Every case runs on a fresh directory. Each throughput case is timed after ${THROUGHPUT_WARMUP_RUNS} untimed runs of its full size, each on a fresh store (the same for every store: before that, mqstore's JavaScript put path had not reached its steady speed); the other cases after a warm-up of a tenth of their size. Runtimes take turns and the case order is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.`,
     "- SQLite's drivers are synchronous, so it has no 64-producer row (producers on one thread would only take turns). `mqstore-batch` sends each 1000 records as one `putMessages()` batch; `mqstore` issues 1000 `putMessage()` calls and awaits them together.",
     "- Other processes on this VM may have run meanwhile: read the spread before the medians.",
     "",

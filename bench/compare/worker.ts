@@ -26,7 +26,7 @@ import {
   PEERS,
   QUICK_SIZING,
   runCase,
-  warmupOf,
+  warmupsOf,
 } from "./workloads.ts";
 
 /** What the orchestrator asks of one worker process. */
@@ -34,7 +34,7 @@ export interface WorkerConfig {
   cases: CaseSpec[];
   /** Parent of the runs' directories. */
   directory: string;
-  /** Run a tenth of each case first. */
+  /** Warm each case up first (`warmupsOf`). */
   warmup: boolean;
 }
 
@@ -98,7 +98,9 @@ async function main(): Promise<void> {
         continue;
       }
       try {
-        if (config.warmup) await runCase(warmupOf(spec), directory);
+        if (config.warmup) {
+          for (const warm of warmupsOf(spec)) await runCase(warm, directory);
+        }
         const result = await runCase(spec, directory);
         emit({ type: "result", result });
         process.stderr.write(
