@@ -4,6 +4,9 @@
  * creation maps its file on the JavaScript thread, and an `mmap` waits for
  * a pre-fault in flight to release the process's mmap lock (the map is
  * logged when asked for: it follows the creation by a few microtasks).
+ * A queue's first file, created on demand, is pre-faulted only once the
+ * queue is busy (⅛ full, when the next file is prepared), and every file
+ * at most once.
  *
  * @module
  */
@@ -14,6 +17,7 @@ import { MemoryPort } from "../src/runtime/mod.ts";
 import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { ConsumeQueueAllocator } from "../src/store/_consume_queue_allocator.ts";
+import { ConsumeQueue } from "../src/store/consume_queue.ts";
 
 const FILE_BYTES = 20 * 0x400;
 
@@ -116,6 +120,88 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
       assert.deepEqual(log, [`populate ${name(FILE_BYTES)}`]);
       await file.close({ waitMs: 0 });
     } finally {
+      await allocator.close();
+    }
+  });
+
+  test("populateRest() pre-faults a file created on request, once, after the creation in flight", async () => {
+    const log: string[] = [];
+    const memory = new MemoryPort(runtimeName());
+    await memory.makeDirectory("/q");
+    const allocator = new ConsumeQueueAllocator({ port: recordingPort(memory, log) });
+    try {
+      const first = `/q/${name(0)}`;
+      const second = `/q/${name(FILE_BYTES)}`;
+      const file = await allocator.request(first, second, FILE_BYTES);
+      await file.whenPrepared();
+      assert.deepEqual(log.filter((line) => line.startsWith("populate")), []);
+      log.length = 0;
+      // As a queue ⅛ into the file does: prepare the next, then this call.
+      void allocator.prepare(second, FILE_BYTES);
+      allocator.populateRest(file);
+      allocator.populateRest(file);
+      await allocator.whenIdle();
+      await file.whenPrepared();
+      assert.deepEqual(log, [
+        `create ${name(FILE_BYTES)}`,
+        `map ${name(FILE_BYTES)}`,
+        `populate ${name(0)}`,
+      ]);
+      await file.close({ waitMs: 0 });
+    } finally {
+      await allocator.close();
+    }
+  });
+
+  test("populateRest() adds nothing to a rolled-into file's pre-fault, nor with sparse files", async () => {
+    for (const sparse of [false, true]) {
+      const log: string[] = [];
+      const memory = new MemoryPort(runtimeName());
+      await memory.makeDirectory("/q");
+      const allocator = new ConsumeQueueAllocator({ port: recordingPort(memory, log), sparse });
+      try {
+        const first = `/q/${name(FILE_BYTES)}`;
+        await allocator.prepare(first, FILE_BYTES);
+        log.length = 0;
+        const file = await allocator.request(first, `/q/${name(2 * FILE_BYTES)}`, FILE_BYTES);
+        allocator.populateRest(file);
+        await file.whenPrepared();
+        assert.deepEqual(log, sparse ? [] : [`populate ${name(FILE_BYTES)}`], `sparse ${sparse}`);
+        await file.close({ waitMs: 0 });
+      } finally {
+        await allocator.close();
+      }
+    }
+  });
+
+  test("ConsumeQueue pre-faults its first file once it is ⅛ full, not before", async () => {
+    const log: string[] = [];
+    const memory = new MemoryPort(runtimeName());
+    const port = recordingPort(memory, log);
+    const allocator = new ConsumeQueueAllocator({ port });
+    const cq = new ConsumeQueue({
+      port,
+      rootDirectory: "/store",
+      topic: "T",
+      queueId: 0,
+      mappedFileSizeConsumeQueue: FILE_BYTES,
+      allocator,
+    });
+    try {
+      await cq.load();
+      const units = FILE_BYTES / 20;
+      const eighth = units / 8;
+      const put = async (from: number, to: number) => {
+        for (let i = from; i < to; i++) await cq.putUnit(i * 100, 100, 0, i);
+        await allocator.whenIdle();
+        for (const file of cq.files) await file.whenPrepared();
+      };
+      await put(0, eighth - 1);
+      assert.deepEqual(log.filter((line) => line.startsWith("populate")), []);
+      await put(eighth - 1, eighth + 1);
+      assert.deepEqual(log.filter((line) => line.startsWith("populate")), [`populate ${name(0)}`]);
+    } finally {
+      await cq.close();
       await allocator.close();
     }
   });

@@ -1061,9 +1061,14 @@ export class ConsumeQueue {
     return end;
   }
 
-  /** Asks the allocator to create the file after `file` in the background. */
+  /**
+   * Asks the allocator to create the file after `file` in the background,
+   * and to pre-fault the rest of `file` if nothing did.
+   */
   #prepareAfter(file: MappedFile): void {
     this.#prepareAfterOffset(file.fileFromOffset);
+    // After the creation just started, which the pre-fault waits for.
+    this.#allocator?.populateRest(file);
   }
 
   /** {@link #prepareAfter} for the file from logical byte offset `fileFromOffset`. */
