@@ -59,8 +59,19 @@ const NATIVE_ADAPTER: Readonly<Record<RuntimeName, AdapterName>> = {
   node: "node-koffi",
 };
 
-/** Whether the FFI adapters cover this platform (glibc Linux, x86_64/arm64). */
+/**
+ * {@link nativePlatform}'s answer, worked out once: the process report it
+ * reads cost 4–9 ms on Node and Deno, and every store open asked.
+ */
+let nativePlatformAnswer: { reason: string | undefined } | undefined;
+
+/** Why the FFI adapters do not cover this platform (glibc Linux, x86_64/arm64), or undefined. */
 function nativePlatform(): string | undefined {
+  nativePlatformAnswer ??= { reason: nativePlatformNow() };
+  return nativePlatformAnswer.reason;
+}
+
+function nativePlatformNow(): string | undefined {
   if (process.platform !== "linux") return `platform ${process.platform}`;
   if (process.arch !== "x64" && process.arch !== "arm64") {
     return `architecture ${process.arch}`;
