@@ -272,6 +272,30 @@ describe("GroupCommitService, two flushes in flight", () => {
     await env.queue.close();
   });
 
+  test("GroupCommitService still flushes a timed-out put's record when no put follows", async () => {
+    // One flush at a time: b waits behind a's flush, then both time out.
+    const env = await open(Number.MAX_SAFE_INTEGER);
+    const a = env.put();
+    await turns();
+    assert.equal(env.held.length, 1);
+    const b = env.put();
+    await turns();
+    assert.equal(env.held.length, 1, "b waits behind the flush in flight");
+    env.clock.advance(5_000);
+    assert.equal((await a.answer).status, "FLUSH_DISK_TIMEOUT");
+    assert.equal((await b.answer).status, "FLUSH_DISK_TIMEOUT");
+    env.held[0]!.release();
+    await turns();
+    assert.equal(env.queue.flushedWhere, a.end);
+    assert.equal(env.held.length, 2, "a flush began for b's record, with no waiter left");
+    env.held[1]!.release();
+    await turns();
+    assert.equal(env.queue.flushedWhere, b.end);
+    assert.deepEqual(env.errors, []);
+    await env.groupCommit.close();
+    await env.queue.close();
+  });
+
   test("GroupCommitService.close() waits for two flushes in flight and answers their puts", async () => {
     const env = await open();
     await env.twoProducers();

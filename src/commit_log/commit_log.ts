@@ -314,6 +314,8 @@ export class CommitLog {
   /** Whether the batch last encoded waits for the flush (no member says WAIT=false). */
   #batchWait = false;
   #curError: MqStoreError | undefined;
+  /** See {@link CommitLog.lastFlushWait}. */
+  #lastFlushWait: Promise<PutMessageResult> | undefined;
   /** Outputs of the last append. */
   #lastAppendOffset = 0;
   #lastQueueOffset = 0;
@@ -748,6 +750,25 @@ export class CommitLog {
   /** Offset up to which the log is durable. */
   get flushedOffset(): number {
     return this.queue.flushedWhere;
+  }
+
+  /**
+   * The answer of the last put that waits for the group commit's flush
+   * itself (SYNC_FLUSH, not queued): the group commit answers it, with
+   * FLUSH_DISK_TIMEOUT too, and flushes a timed-out record later on its
+   * own, so the store need not chain a reaction to it (see
+   * `MessageStore`). Compared by identity.
+   */
+  get lastFlushWait(): Promise<PutMessageResult> | undefined {
+    return this.#lastFlushWait;
+  }
+
+  /**
+   * Resolves once no put waits for the group commit and no flush of it is
+   * in flight (at once without one): close waits for the puts it answers.
+   */
+  whenFlushWaitsAnswered(): Promise<void> {
+    return this.#groupCommit?.whenQuiet() ?? Promise.resolve();
   }
 
   /** Offset after the last appended record. */
@@ -1444,7 +1465,7 @@ export class CommitLog {
     const end = offset + size;
     if (this.#sync) {
       const groupCommit = this.#groupCommit!;
-      if (wait) return groupCommit.request(end, result, startMs);
+      if (wait) return this.#lastFlushWait = groupCommit.request(end, result, startMs);
       groupCommit.wakeup();
     } else if (this.#committer !== undefined) {
       this.#committer.onAppended(end);

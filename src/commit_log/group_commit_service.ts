@@ -680,6 +680,7 @@ export class GroupCommitService {
     const { clock, syncFlushTimeoutMs, stats } = this.#options;
     const nowMs = clock.nowMs();
     const ends = this.#ends;
+    const first = this.#head;
     while (this.#head < ends.length && this.#startsMs[this.#head]! + syncFlushTimeoutMs <= nowMs) {
       const i = this.#head++;
       const resolve = this.#resolvers[i];
@@ -696,6 +697,9 @@ export class GroupCommitService {
       stats.recordPutLatency(nowMs - this.#startsMs[i]!);
       resolve(result);
     }
+    // The timed-out records stay stored and no waiter asks for them any
+    // more: a flush still makes them durable (and so dispatched).
+    if (this.#head > first) this.wakeup();
     this.#compact();
     if (this.#head < ends.length) {
       const delayMs = Math.max(0, this.#startsMs[this.#head]! + syncFlushTimeoutMs - nowMs);

@@ -674,6 +674,12 @@ export class MessageStore {
    */
   #settle(answer: PutAnswer, deferrable: boolean): Promise<PutMessageResult> {
     if (answer instanceof Promise) {
+      // A put waiting for the group commit's flush is returned as it is:
+      // the group commit answers it (close waits for that) and its flush
+      // dispatches the record. One promise and reaction less per put: at
+      // 256 producers, 7 alternated pairs on a loaded machine, median CPU
+      // per SYNC put (Bun 7.7 → 6.1 µs, Deno 6.4 → 6.0 µs).
+      if (answer === this.#commitLog.lastFlushWait) return answer;
       this.#putsInFlight++;
       return answer.then(this.#onPutBound, this.#onPutErrorBound);
     }
@@ -1318,6 +1324,7 @@ export class MessageStore {
     if (this.#putsInFlight > 0) {
       await new Promise<void>((resolve) => this.#putsDrained = resolve);
     }
+    await this.#commitLog.whenFlushWaitsAnswered();
     this.#closed = true;
     this.#wakeDispatchWaiters();
     // What the last puts owe is dispatched below (dispatchUpTo).
