@@ -72,6 +72,20 @@ async function checkpointNow(env: MemoryStoreEnv): Promise<number> {
   throw new Error(`the checkpoint never reached ${env.store.maxOffset}`);
 }
 
+/**
+ * A store a little past its first segment, checkpointed at its end, then
+ * crashed: `i` messages, the log ending at `cut` (no bytes past it yet).
+ */
+async function crashedPastSegment(): Promise<{ env: MemoryStoreEnv; i: number; cut: number }> {
+  const env = await openStore();
+  const i = await putUntil(env.store, SEGMENT_BYTES + 0x800, 0);
+  await checkpointNow(env);
+  const cut = env.store.maxOffset;
+  await settle();
+  env.port.crash();
+  return { env, i, cut };
+}
+
 /** Every queue read whole: `count` messages, queue offsets contiguous. */
 async function assertServed(store: MessageStore, count: number): Promise<void> {
   let served = 0;
@@ -194,12 +208,7 @@ describe("MessageStore unclean open cost", () => {
   ];
   for (const { name, erase, near, far } of tailCases) {
     test(`MessageStore.open() after a crash looks for stale bytes ${name}`, async () => {
-      const env = await openStore();
-      const i = await putUntil(env.store, SEGMENT_BYTES + 0x800, 0);
-      await checkpointNow(env);
-      const cut = env.store.maxOffset;
-      await settle();
-      env.port.crash();
+      const { env, i, cut } = await crashedPastSegment();
       const farOffset = cut + STALE_BYTES_MAX + 0x2000;
       assert.ok(farOffset % SEGMENT_BYTES > cut % SEGMENT_BYTES, "in the cut's segment");
       await writeAt(env, cut + near, new Uint8Array([0xA5]));
@@ -220,12 +229,7 @@ describe("MessageStore unclean open cost", () => {
   }
 
   test("MessageStore.open() after a crash reads only the tail the file system lists as data", async () => {
-    const env = await openStore();
-    const i = await putUntil(env.store, SEGMENT_BYTES + 0x800, 0);
-    await checkpointNow(env);
-    const cut = env.store.maxOffset;
-    await settle();
-    env.port.crash();
+    const { env, i, cut } = await crashedPastSegment();
     const near = cut + 0x100;
     const far = cut + STALE_BYTES_MAX + 0x2000;
     await writeAt(env, near, new Uint8Array([0xA5]));
@@ -284,12 +288,7 @@ describe("MessageStore unclean open cost", () => {
   ];
   for (const { name, sameBoot } of bootCases) {
     test(`MessageStore.open() after a crash ${name}`, async () => {
-      const env = await openStore();
-      const i = await putUntil(env.store, SEGMENT_BYTES + 0x800, 0);
-      await checkpointNow(env);
-      const cut = env.store.maxOffset;
-      await settle();
-      env.port.crash();
+      const { env, i, cut } = await crashedPastSegment();
       // The marker the crashed process left: naming this boot (a process
       // death, the page cache kept), or empty.
       await env.port.writeFileAtomic(
