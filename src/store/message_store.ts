@@ -87,10 +87,11 @@ export interface RecoveryReport {
    * After a crash: whether the store was left open by a process of the
    * machine's current boot (its `abort` marker names the boot), so the page
    * cache held every byte that process wrote. The search for stale bytes
-   * past the log's end, which only a power loss can leave (a later page
-   * kept, an earlier one lost), was then skipped. False after a clean
-   * close, a reboot, or a marker without a boot (RocketMQ's, an older
-   * mqstore's).
+   * past the log's end, which a power loss can leave as far as the
+   * writer's unflushed bound (a later page kept, an earlier one lost),
+   * then read only as far as the one put that process was writing. False
+   * after a clean close, a reboot, or a marker without a boot (RocketMQ's,
+   * an older mqstore's).
    */
   sameBoot: boolean;
 }
@@ -585,9 +586,9 @@ export class MessageStore {
       if (!readOnly && !clean && !sameBoot) {
         // Recovered (whatever a power loss left past the log's end is
         // zeroed): from here on the page cache of this boot holds the
-        // store, and a crash of this process needs no search for stale
-        // bytes. A crash before this line leaves the old marker, and the
-        // next open searches again.
+        // store, and after a crash of this process the search for stale
+        // bytes reads one put past the end. A crash before this line
+        // leaves the old marker, and the next open searches as far again.
         await port.writeFileAtomic(abortPath, abortMarker(bootId));
       }
       store = new MessageStore(
