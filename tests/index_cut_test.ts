@@ -93,6 +93,37 @@ function entryPosition(entryNo: number): number {
   return INDEX_HEADER_SIZE_BYTES + SLOTS * HASH_SLOT_SIZE_BYTES + entryNo * INDEX_ENTRY_SIZE_BYTES;
 }
 
+/**
+ * Loads the index under `root` after a crash, with the checkpoint at
+ * record 29 (offset 3000), and asserts that it dropped its one file whole
+ * instead of cutting it.
+ */
+async function loadDroppingTheFile(port: MemoryPort, root: string): Promise<IndexService> {
+  const options = { port, rootDirectory: root, maxHashSlotNum: SLOTS, maxIndexNum: 1024 };
+  const index = new IndexService(options);
+  assert.deepEqual(await index.load(false, T0 + 300 * 29, 3000), {
+    droppedFiles: 1,
+    droppedFromOffset: 0,
+    cutFiles: 0,
+    cutEntries: 0,
+  });
+  return index;
+}
+
+/**
+ * An index of messages 0 … 59 under `root` (80 entries), closed, whose
+ * entry 70 (past a cut at record 30) a power loss left zero.
+ *
+ * @returns The index file's path.
+ */
+async function indexWithEntry70Lost(port: MemoryPort, root: string): Promise<string> {
+  const index = await buildIndex(port, root, 60, 1024);
+  const path = index.files[0]!.path;
+  await index.close();
+  await patch(port, path, entryPosition(70), new Uint8Array(INDEX_ENTRY_SIZE_BYTES));
+  return path;
+}
+
 describe("IndexFile.cutBefore()", () => {
   test("IndexFile.cutBefore() leaves the file an index of the records before the cut builds", async () => {
     const port = new MemoryPort(runtimeName());
@@ -118,11 +149,7 @@ describe("IndexFile.cutBefore()", () => {
 
   test("IndexFile.cutBefore() gives up without a change on an entry a power loss left zero", async () => {
     const port = new MemoryPort(runtimeName());
-    const index = await buildIndex(port, "/z", 60, 1024);
-    const path = index.files[0]!.path;
-    await index.close();
-    // Entry 70 of 80 (past a cut at record 30) lost.
-    await patch(port, path, entryPosition(70), new Uint8Array(INDEX_ENTRY_SIZE_BYTES));
+    const path = await indexWithEntry70Lost(port, "/z");
     const file = await IndexFile.open({ port, path, hashSlotNum: SLOTS, indexNum: 1024 });
     const before = contentOf(file);
     assert.equal(file.cutBefore(3000, 0), -1);
@@ -200,18 +227,8 @@ describe("IndexService.load() cut", () => {
 
   test("IndexService.load() drops a file it cannot cut, from its beginning", async () => {
     const port = new MemoryPort(runtimeName());
-    const index = await buildIndex(port, "/d", 60, 1024);
-    const path = index.files[0]!.path;
-    await index.close();
-    await patch(port, path, entryPosition(70), new Uint8Array(INDEX_ENTRY_SIZE_BYTES));
-    const options = { port, rootDirectory: "/d", maxHashSlotNum: SLOTS, maxIndexNum: 1024 };
-    const dropped = new IndexService(options);
-    assert.deepEqual(await dropped.load(false, T0 + 300 * 29, 3000), {
-      droppedFiles: 1,
-      droppedFromOffset: 0,
-      cutFiles: 0,
-      cutEntries: 0,
-    });
+    await indexWithEntry70Lost(port, "/d");
+    const dropped = await loadDroppingTheFile(port, "/d");
     assert.equal(dropped.files.length, 0);
     await dropped.close();
   });
@@ -233,14 +250,7 @@ describe("IndexService.load() cut", () => {
       INDEX_HEADER_SIZE_BYTES + 5 * HASH_SLOT_SIZE_BYTES,
       new Uint8Array(view.buffer),
     );
-    const options = { port, rootDirectory: "/h", maxHashSlotNum: SLOTS, maxIndexNum: 1024 };
-    const dropped = new IndexService(options);
-    assert.deepEqual(await dropped.load(false, T0 + 300 * 29, 3000), {
-      droppedFiles: 1,
-      droppedFromOffset: 0,
-      cutFiles: 0,
-      cutEntries: 0,
-    });
+    const dropped = await loadDroppingTheFile(port, "/h");
     await dropped.close();
   });
 

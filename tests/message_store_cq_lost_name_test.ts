@@ -106,6 +106,15 @@ async function openWithLostName(
   return { again, checkpoint: checkpoint!, warnings };
 }
 
+/** Queue 0 serves every message put before the crash, in order, then 10 put after it. */
+async function assertServesAllThenMore(store: MessageStore): Promise<void> {
+  const expected = Array.from({ length: MESSAGES }, (_, i) => i);
+  assert.deepEqual(await queueKeyNumbers(store, TOPIC, 0), expected);
+  await put(store, MESSAGES, 10);
+  expected.push(...Array.from({ length: 10 }, (_, i) => MESSAGES + i));
+  assert.deepEqual(await queueKeyNumbers(store, TOPIC, 0), expected);
+}
+
 describe("MessageStore.open() with a consume-queue file name lost", () => {
   test("MessageStore.open() rebuilds a queue whose file after the checkpoint lost its name", async () => {
     await withTempDirectory(async (root) => {
@@ -114,11 +123,7 @@ describe("MessageStore.open() with a consume-queue file name lost", () => {
       try {
         assert.equal(again.recovery.clean, false);
         assert.equal(again.recovery.dispatchedFrom, checkpoint.consumeQueueOffset);
-        const expected = Array.from({ length: MESSAGES }, (_, i) => i);
-        assert.deepEqual(await queueKeyNumbers(again, TOPIC, 0), expected);
-        await put(again, MESSAGES, 10);
-        expected.push(...Array.from({ length: 10 }, (_, i) => MESSAGES + i));
-        assert.deepEqual(await queueKeyNumbers(again, TOPIC, 0), expected);
+        await assertServesAllThenMore(again);
       } finally {
         await again.close();
       }
@@ -132,11 +137,7 @@ describe("MessageStore.open() with a consume-queue file name lost", () => {
       try {
         assert.equal(again.recovery.clean, false);
         assert.ok(warnings.some((w) => w.includes("replaying")), warnings.join("\n"));
-        const expected = Array.from({ length: MESSAGES }, (_, i) => i);
-        assert.deepEqual(await queueKeyNumbers(again, TOPIC, 0), expected);
-        await put(again, MESSAGES, 10);
-        expected.push(...Array.from({ length: 10 }, (_, i) => MESSAGES + i));
-        assert.deepEqual(await queueKeyNumbers(again, TOPIC, 0), expected);
+        await assertServesAllThenMore(again);
       } finally {
         await again.close();
       }
