@@ -64,6 +64,13 @@ function offsetsOf(
   return index.queryOffset("T", key, max, begin, end).phyOffsets;
 }
 
+/** The offsets one file holds for `key` (`topic#key`), newest first. */
+function offsetsIn(file: IndexFile, key: string): number[] {
+  const offsets: number[] = [];
+  file.selectPhyOffset(offsets, key, 64, 0, ALL_TIME);
+  return offsets;
+}
+
 describe("indexKeyHash", () => {
   test("indexKeyHash() is abs(String.hashCode), 0 for Integer.MIN_VALUE", () => {
     assert.equal(indexKeyHash("TopicTest#bulk-key"), 842971942);
@@ -366,6 +373,58 @@ for (const { adapter, skip } of cases) {
         await index.close();
       });
     });
+
+    if (adapter === "portable") {
+      test("IndexFile.open() without mmap reads the header, the slots and the entries in use, not the rest", async () => {
+        await withSegmentEnv(adapter, async (env) => {
+          const path = `${env.directory}/${T0}`;
+          const options = {
+            port: env.port,
+            path,
+            hashSlotNum: SLOTS,
+            indexNum: 1000,
+            sparse: true,
+          };
+          const file = await IndexFile.create(options);
+          for (const [i, key] of ["T#a", "T#b", "T#a"].entries()) {
+            assert.equal(file.putKey(key, 100 * (i + 1), T0 + i * 1000), true);
+          }
+          await file.flush();
+          await file.close();
+          // What a crash can leave past the entries in use: garbage, never read.
+          const stale = await env.port.openFile(path);
+          const used = 40 + SLOTS * 4 + 5 * 20;
+          await stale.write(new Uint8Array(stale.sizeBytes - used).fill(0xff), used);
+          await stale.close();
+          let readBytes = 0;
+          const counting = Object.create(env.port);
+          counting.openFile = async (...args: Parameters<typeof env.port.openFile>) => {
+            const handle = await env.port.openFile(...args);
+            const read = handle.read.bind(handle);
+            handle.read = async (target: Uint8Array, position: number) => {
+              const n = await read(target, position);
+              readBytes += n;
+              return n;
+            };
+            return handle;
+          };
+          const again = await IndexFile.open({ ...options, port: counting });
+          // Header, 8 slots, entries 0..3 and entry 4 (a slot may name indexCount).
+          assert.equal(readBytes, used);
+          assert.equal(again.indexCount, 4);
+          assert.deepEqual(offsetsIn(again, "T#a"), [300, 100]);
+          assert.equal(again.putKey("T#b", 400, T0 + 3000), true);
+          assert.equal(again.putKey("T#c", 500, T0 + 4000), true);
+          await again.flush();
+          await again.close();
+          const third = await IndexFile.open(options);
+          assert.deepEqual(offsetsIn(third, "T#b"), [400, 200]);
+          assert.deepEqual(offsetsIn(third, "T#c"), [500]);
+          assert.deepEqual(offsetsIn(third, "T#a"), [300, 100]);
+          await third.close();
+        });
+      });
+    }
 
     if (adapter === "memory") {
       test("IndexFile keeps only flushed entries through a crash", async () => {

@@ -256,7 +256,7 @@ export class IndexFile {
   static async create(options: CreateIndexFileOptions): Promise<IndexFile> {
     const size = checkedFileSize(options);
     const handle = await options.port.createFile(options.path, size, { sparse: options.sparse });
-    const file = await IndexFile.#attach(options, handle, false);
+    const file = await IndexFile.#attach(options, handle, false, true);
     // A full file is made durable on a roll; its name must be durable too.
     await options.port.syncDirectory(options.path.slice(0, options.path.lastIndexOf("/")));
     const endPhyOffset = options.endPhyOffset ?? 0;
@@ -289,7 +289,7 @@ export class IndexFile {
     // A leftover of an interrupted preparation (load removes them too).
     await options.port.remove(preparedPath);
     const handle = await options.port.createFile(preparedPath, size, { sparse: options.sparse });
-    const file = await IndexFile.#attach(options, handle, false);
+    const file = await IndexFile.#attach(options, handle, false, true);
     file.#preparedPath = preparedPath;
     try {
       file.#beginTimestamp = PREPARED_TIMESTAMP;
@@ -349,15 +349,24 @@ export class IndexFile {
         `Index file ${options.path} is ${handle.sizeBytes} bytes; ${options.hashSlotNum} slots and ${options.indexNum} entries make ${size}`,
       );
     }
-    const file = await IndexFile.#attach(options, handle, readOnly);
+    const file = await IndexFile.#attach(options, handle, readOnly, false);
     file.#loadHeader();
     return file;
   }
 
+  /**
+   * Maps the file, or (without mmap) reads into memory the bytes a lookup
+   * or a put can reach: the header, every slot and the entries up to
+   * `indexCount` (a slot or chain link may name entry `indexCount`, never
+   * one past it). A `fresh` file is all zeros and is not read. The rest
+   * stays zero in memory, and entries written there are flushed over
+   * whatever a crash left on disk.
+   */
   static async #attach(
     options: IndexFileOptions,
     handle: FileHandle,
     readOnly: boolean,
+    fresh: boolean,
   ): Promise<IndexFile> {
     try {
       const size = handle.sizeBytes;
@@ -366,8 +375,20 @@ export class IndexFile {
         return new IndexFile(options, handle, mapping, mapping.bytes.subarray(0, size), readOnly);
       }
       const bytes = new Uint8Array(size);
-      const read = await handle.read(bytes, 0);
-      assert(read === size, `read ${read} of ${size} bytes of ${options.path}`);
+      if (!fresh) {
+        const header = bytes.subarray(0, INDEX_HEADER_SIZE_BYTES);
+        await readFully(handle, header, 0, options.path);
+        const storedCount = new DataView(header.buffer).getInt32(HEADER_INDEX_COUNT_POSITION);
+        const lastEntry = Math.min(Math.max(storedCount, 1), options.indexNum - 1);
+        const end = INDEX_HEADER_SIZE_BYTES + options.hashSlotNum * HASH_SLOT_SIZE_BYTES +
+          (lastEntry + 1) * INDEX_ENTRY_SIZE_BYTES;
+        await readFully(
+          handle,
+          bytes.subarray(INDEX_HEADER_SIZE_BYTES, end),
+          INDEX_HEADER_SIZE_BYTES,
+          options.path,
+        );
+      }
       return new IndexFile(options, handle, undefined, bytes, readOnly);
     } catch (error) {
       await handle.close();
@@ -1016,4 +1037,15 @@ function checkedFileSize(options: IndexFileOptions): number {
     );
   }
   return size;
+}
+
+/** Reads `target.length` bytes at `position` of an index file, or fails. */
+async function readFully(
+  handle: FileHandle,
+  target: Uint8Array,
+  position: number,
+  path: string,
+): Promise<void> {
+  const read = await handle.read(target, position);
+  assert(read === target.length, `read ${read} of ${target.length} bytes of ${path}`);
 }
