@@ -59,9 +59,9 @@
  * and mappings are not write-protected (JavaScript views cannot be).
  *
  * Cost: a plain crash reads no page; a seeded crash and `pageCacheState`
- * compare every page a mapping exposed (about 0.3 s for a freshly mapped
- * GiB, mostly first-touch faults), so seeded crash tests want small
- * segments.
+ * compare every page a mapping exposed (0.3–3.6 s for a freshly mapped
+ * GiB on the machines measured, mostly first-touch faults), so seeded
+ * crash tests want small segments and probes want narrow ranges.
  *
  * Faults ({@link MemoryPort.failNext}) hit `FileHandle.write` and
  * `FileHandle.writeSync` (`write`), `FileHandle.datasync`,
