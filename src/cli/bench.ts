@@ -943,13 +943,39 @@ interface BenchDirectory {
 }
 
 /**
+ * Removes `target` and everything under it. A signal can stop the run while
+ * a file operation started before it is still running on another thread (a
+ * segment or consume-queue file being created): that file appears after
+ * the directory was read and makes its removal fail with ENOTEMPTY. No new
+ * operation starts while this runs, so a few more passes remove it.
+ */
+function removeTree(target: string): void {
+  for (let attempt = 1;; attempt++) {
+    try {
+      fs.rmSync(target, { recursive: true, force: true });
+      return;
+    } catch (error) {
+      if ((error as { code?: string }).code !== "ENOTEMPTY" || attempt >= REMOVE_ATTEMPTS) {
+        throw error;
+      }
+      // A blocking pause: the handler must not return to the event loop.
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, REMOVE_PAUSE_MS);
+    }
+  }
+}
+
+/** Passes {@link removeTree} makes before it gives up, and the pause between. */
+const REMOVE_ATTEMPTS = 50;
+const REMOVE_PAUSE_MS = 10;
+
+/**
  * A fresh temporary directory; or `given`, which must be missing or empty
  * (the bench never writes into a directory holding anything).
  */
 function prepareDirectory(given: string | undefined): BenchDirectory {
   if (given === undefined) {
     const created = fs.mkdtempSync(path.join(os.tmpdir(), "mqstore-bench-"));
-    return { path: created, cleanUp: () => fs.rmSync(created, { recursive: true, force: true }) };
+    return { path: created, cleanUp: () => removeTree(created) };
   }
   let stat: fs.Stats | undefined;
   try {
@@ -959,7 +985,7 @@ function prepareDirectory(given: string | undefined): BenchDirectory {
   }
   if (stat === undefined) {
     fs.mkdirSync(given, { recursive: true });
-    return { path: given, cleanUp: () => fs.rmSync(given, { recursive: true, force: true }) };
+    return { path: given, cleanUp: () => removeTree(given) };
   }
   if (!stat.isDirectory()) throw new UsageError(`bench: --dir ${given} is not a directory`);
   if (fs.readdirSync(given).length > 0) {
@@ -970,9 +996,7 @@ function prepareDirectory(given: string | undefined): BenchDirectory {
   return {
     path: given,
     cleanUp: () => {
-      for (const name of fs.readdirSync(given)) {
-        fs.rmSync(path.join(given, name), { recursive: true, force: true });
-      }
+      for (const name of fs.readdirSync(given)) removeTree(path.join(given, name));
     },
   };
 }
