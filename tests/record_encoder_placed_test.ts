@@ -2,7 +2,9 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { MessageEncoder, patchRecord } from "../src/record/encoder.ts";
 import { MqStoreError } from "../src/errors.ts";
-import { SYS_FLAG_POSITION } from "../src/record/constants.ts";
+import { MAGIC_POSITION, SYS_FLAG_POSITION } from "../src/record/constants.ts";
+import { readInt32 } from "../src/record/_bytes.ts";
+import { decodeRecord } from "../src/record/decoder.ts";
 import type { MessageInput } from "../src/record/message.ts";
 
 const body = new Uint8Array([1, 2, 3, 4, 5]);
@@ -13,7 +15,7 @@ const messages: MessageInput[] = [
 ];
 
 describe("MessageEncoder placed encoding", () => {
-  test("encodePlaced() then writeQueueOffset() write what encode() then patchRecord() write", () => {
+  test("encodePlaced(), writeQueueOffset() then writeMagic() write what encode() then patchRecord() write", () => {
     const placedEncoder = new MessageEncoder({ now: () => 1_700_000_000_000 });
     const patchedEncoder = new MessageEncoder({ now: () => 1_700_000_000_000 });
     for (const [i, message] of messages.entries()) {
@@ -24,7 +26,13 @@ describe("MessageEncoder placed encoding", () => {
       const patched = new Uint8Array(512).fill(0xEE);
       const size = placedEncoder.encodePlaced(message, placed, 8, physicalOffset, storeTimestamp);
       assert.equal(typeof size, "number");
+      // No record until its magic code, written last.
+      assert.equal(readInt32(placed, 8 + MAGIC_POSITION), 0);
+      assert.equal(decodeRecord(placed, 8).kind, "invalid");
       if (queueOffset !== 0) placedEncoder.writeQueueOffset(placed, 8, queueOffset);
+      placedEncoder.writeMagic(placed, 8);
+      const decoded = decodeRecord(placed, 8, { expectedOffset: physicalOffset });
+      assert.equal(decoded.kind === "message" && decoded.message.queueOffset, queueOffset);
       assert.equal(patchedEncoder.encode(message, patched, 8), size);
       patchRecord(patched, 8, queueOffset, physicalOffset, storeTimestamp);
       assert.deepEqual(placed, patched, `message ${i}`);

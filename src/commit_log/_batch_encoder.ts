@@ -287,9 +287,9 @@ export class BatchEncoder {
         error = firstSize;
         return error;
       }
-      // Until the batch is whole, it is no record (see above).
+      // Encoded without its magic code: until the batch is whole, it is no
+      // record (see above).
       const d = this.#views.of(bytes);
-      d.setInt32(start + MAGIC_POSITION, 0);
       sizes[0] = firstSize;
       position = start + firstSize;
       const topic = first.topic;
@@ -598,7 +598,17 @@ export class BatchEncoder {
     // The first message's sysFlag, bornTimestamp (the put's start when it
     // has none), hosts and reconsumeTimes are every record's: read from it,
     // not from a merged copy of each message.
-    const size = this.#encoder.encodeBefore(message, bytes, position, end, first);
+    // Member 0's magic code is written once the batch is whole (see #encode).
+    const size = this.#encoder.encodeBefore(
+      message,
+      bytes,
+      position,
+      end,
+      first,
+      0,
+      0,
+      index === 0 ? 0 : MESSAGE_MAGIC_CODE,
+    );
     if (typeof size !== "number") {
       return new MqStoreError(size.code, `Message ${index} of the batch: ${size.message}`);
     }

@@ -39,16 +39,19 @@
 import { assert } from "../assert.ts";
 import { MqStoreError } from "../errors.ts";
 import {
+  MAGIC_POSITION,
   MessageEncoder,
   type MessageInput,
   patchRecord,
   PROPERTY_DELAY,
   PROPERTY_WAIT,
+  readInt32,
   SYS_FLAG_POSITION,
   SYS_FLAG_TRANSACTION_MASK,
   TRANSACTION_COMMIT_TYPE,
   TRANSACTION_NOT_TYPE,
   writeBlankRecord,
+  writeInt32,
 } from "../record/mod.ts";
 import type { RuntimePort } from "../runtime/port.ts";
 import { AllocateMappedFileService } from "../segment/allocate_mapped_file_service.ts";
@@ -1292,6 +1295,8 @@ export class CommitLog {
     // Whether one message was encoded with its physicalOffset and
     // storeTimestamp in place (only its queueOffset left to write).
     let placed = false;
+    // Whether the put was copied (its first record's magic code is written last).
+    let copied = false;
     if (input !== undefined) {
       hints?.beginStage();
       const encoded = this.#encoder.encodePlaced(
@@ -1330,7 +1335,14 @@ export class CommitLog {
     } else {
       size = this.#curSize;
       const source = this.#curSource;
+      // Copied without the first record's magic code, which is written
+      // once every record of the put is patched (below): a process killed
+      // in between leaves no record there, not one without its placement.
+      const magic = readInt32(source, MAGIC_POSITION);
+      writeInt32(source, MAGIC_POSITION, 0);
       bytes.set(size === source.length ? source : source.subarray(0, size), index);
+      writeInt32(source, MAGIC_POSITION, magic);
+      copied = true;
       topic = this.#curTopic;
       queueId = this.#curQueueId;
       hinted = hints !== undefined && source === this.#scratch &&
@@ -1355,6 +1367,8 @@ export class CommitLog {
     }
     if (placed) {
       if (queueOffset !== 0) this.#encoder.writeQueueOffset(bytes, index, queueOffset);
+      // Last: only now are the bytes a record (see encodePlaced).
+      this.#encoder.writeMagic(bytes, index);
       this.#curBatchSizes = undefined;
       if (hinted) {
         hints!.publish(0, offset, size, queueOffset, nowMs, this.#encoder.lastSysFlag, counter);
@@ -1423,6 +1437,7 @@ export class CommitLog {
       if (position !== index + size) assert(false, `batch records add up to ${size} bytes`);
       this.#curBatchSizes = recordSizes;
     }
+    if (copied) this.#encoder.writeMagic(bytes, index);
     this.#curTopic = topic;
     this.#curSize = size;
     outcome.wroteBytes = size;

@@ -195,7 +195,11 @@ export class MessageEncoder {
    * {@link encode} of a single message whose place is known but for its
    * queue offset: physicalOffset and storeTimestamp are written as given,
    * queueOffset 0 (the caller writes it once the message is known valid,
-   * see {@link writeQueueOffset}); no {@link patchRecord} needed.
+   * see {@link writeQueueOffset}); no {@link patchRecord} needed. The
+   * magic code is left 0: the bytes are no record until the caller has
+   * written the queue offset and then {@link writeMagic}, so a process
+   * killed between the two leaves a torn record that recovery cuts, never
+   * a whole-looking one without its queue offset.
    *
    * @param message The message.
    * @param bytes The destination.
@@ -231,6 +235,7 @@ export class MessageEncoder {
       message,
       physicalOffset,
       storeTimestamp,
+      0,
     );
     if (typeof size === "number" && position + size > bytes.length) {
       throw new RangeError(
@@ -250,6 +255,17 @@ export class MessageEncoder {
    */
   writeQueueOffset(bytes: Uint8Array, position: number, queueOffset: number): void {
     setInt64(this.#views.of(bytes), position + QUEUE_OFFSET_POSITION, queueOffset);
+  }
+
+  /**
+   * Writes a message record's magic code at `bytes[position]`: the last
+   * write of a record {@link encodePlaced} left without it.
+   *
+   * @param bytes The buffer holding the record.
+   * @param position The record's first byte.
+   */
+  writeMagic(bytes: Uint8Array, position: number): void {
+    this.#views.of(bytes).setInt32(position + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
   }
 
   /** The sysFlag of the message encoded last (its host bits set from the hosts). */
@@ -273,6 +289,8 @@ export class MessageEncoder {
    * @param physicalOffset Written as the record's physicalOffset (0 until
    * {@link patchRecord}; the caller checks it is a safe integer ≥ 0).
    * @param storeTimestamp Written as the storeTimestamp (likewise).
+   * @param magic Written as the magic code: 0 leaves the bytes no record
+   * until the caller writes the code, last.
    * @returns The record size in bytes (written only if `position + size
    * <= end`), or the validation error (nothing written).
    * @throws {TypeError} For wrong argument types.
@@ -286,6 +304,7 @@ export class MessageEncoder {
     header: MessageInput = message,
     physicalOffset = 0,
     storeTimestamp = 0,
+    magic: number = MESSAGE_MAGIC_CODE,
   ): number | MqStoreError {
     const layout = this.#layout;
     const error = checkMessage(message, this.#options, layout, header);
@@ -302,7 +321,7 @@ export class MessageEncoder {
     const p = position;
     const d = this.#views.of(bytes);
     d.setInt32(p + TOTAL_SIZE_POSITION, size);
-    d.setInt32(p + MAGIC_POSITION, MESSAGE_MAGIC_CODE);
+    d.setInt32(p + MAGIC_POSITION, magic);
     d.setInt32(p + BODY_CRC_POSITION, bodyCrc(body));
     d.setInt32(p + QUEUE_ID_POSITION, message.queueId);
     d.setInt32(p + FLAG_POSITION, message.flag ?? 0);
