@@ -224,6 +224,42 @@ describe("GroupCommitService, two flushes in flight", () => {
     await env.queue.close();
   });
 
+  test("GroupCommitService measures the load of two flushes in flight as the bytes waiting, once", async () => {
+    // 450 bytes: six producers of 100-byte puts (600 bytes waiting) split
+    // the load, four (400) run one flush at a time. Measured from the
+    // flushed offset when a flush began, the load of two flushes in flight
+    // counted the other one's puts too (600 for four producers) and kept
+    // them split.
+    const env = await open(450);
+    const ready: Array<() => void> = [];
+    /** `puts` puts, each after the last was answered. */
+    const producer = async (puts: number) => {
+      await new Promise<void>((resolve) => ready.push(resolve));
+      for (let i = 0; i < puts; i++) assert.equal((await env.put().answer).status, "PUT_OK");
+    };
+    const producers = [6, 6, 30, 30, 30, 30].map(producer);
+    for (const go of ready.splice(0)) go();
+    let done = false;
+    const all = Promise.all(producers).then(() => done = true);
+    /** Flushes in flight seen before each release, in order. */
+    const inFlight: number[] = [];
+    while (!done) {
+      await turns();
+      if (env.held.length === 0) continue;
+      inFlight.push(env.held.length);
+      env.held.shift()!.release();
+    }
+    await all;
+    assert.ok(inFlight.slice(0, 8).includes(2), `six producers split: ${inFlight}`);
+    assert.deepEqual(
+      inFlight.slice(-20).filter((n) => n > 1),
+      [],
+      `four producers run one flush at a time: ${inFlight}`,
+    );
+    await env.groupCommit.close();
+    await env.queue.close();
+  });
+
   test("GroupCommitService begins a group's flush at its last put and flushes a straggler on a turn", async () => {
     const reported: number[] = [];
     const env = await open(0x4000_0000, (flushedWhere) => reported.push(flushedWhere));

@@ -191,6 +191,8 @@ export class GroupCommitService {
   #flushesMax = 1;
   /** `splitMinBytes` when given. */
   #splitMinBytes: number;
+  /** The flushed offset when the last flush begun by `#beginFlush` settled. */
+  #settledWhere = 0;
   /** Tunes the split threshold when `splitMinBytes` is not given. */
   #tuner: SplitTuner | undefined;
   /** Settles after the last flush begun (and so after every earlier one). */
@@ -551,7 +553,7 @@ export class GroupCommitService {
 
   /** Answers what the flush made durable once it settled (in begin order). */
   async #settle(flushed: Promise<void>, startMs: number): Promise<void> {
-    const flushedBefore = this.#options.queue.flushedWhere;
+    const flushedAtBegin = this.#options.queue.flushedWhere;
     try {
       await flushed;
     } catch (error) {
@@ -561,14 +563,25 @@ export class GroupCommitService {
     }
     this.#flushesInFlight--;
     if (this.#failure !== undefined) return;
-    // The load: what this flush carried plus what waits behind it.
+    // The load: the puts waiting when the flush settled, from where the
+    // flush before it ended (it settled first) to the last waiter's end.
+    // Not from the flushed offset when this flush began: with two in
+    // flight that is where the flush before the other one ended, and the
+    // load also counted the other one's puts, answered before: 1.5 times
+    // the bytes waiting at a steady load, where one flush at a time
+    // measured them once, so a threshold between the two kept either
+    // choice once made (issue 5, session 12).
+    const flushedWhere = this.#options.queue.flushedWhere;
+    const flushedBefore = this.#settledWhere <= flushedWhere
+      ? Math.max(flushedAtBegin, this.#settledWhere)
+      : flushedAtBegin;
+    this.#settledWhere = flushedWhere;
     const ends = this.#ends;
-    const loadBytes = Math.max(this.#options.queue.flushedWhere, ends[ends.length - 1] ?? 0) -
-      flushedBefore;
+    const loadBytes = Math.max(flushedWhere, ends[ends.length - 1] ?? 0) - flushedBefore;
     const clock = this.#options.clock;
     const split = this.#tuner === undefined ? loadBytes >= this.#splitMinBytes : this.#tuner.decide(
       loadBytes,
-      this.#options.queue.flushedWhere,
+      flushedWhere,
       clock.monotonicMs?.() ?? clock.nowMs(),
     );
     this.#flushesMax = split ? GROUP_COMMIT_FLUSHES_MAX : 1;
