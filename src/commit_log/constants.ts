@@ -100,7 +100,8 @@ export const GROUP_COMMIT_FLUSHES_MAX = 2;
  * interleaved runs here, two flushes against one, medians: Deno 47 k
  * against 60 k, Bun 76 k against 65 k. Above it the device time follows
  * the bytes, and two win on both: 256 producers (288 KiB), Deno 99 k
- * against 65 k, Bun 115 k against 90 k.
+ * against 65 k, Bun 115 k against 90 k (session 3; no longer on Deno:
+ * see {@link GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES}).
  */
 export const GROUP_COMMIT_SPLIT_MIN_BYTES = 0x2_0000;
 
@@ -108,13 +109,26 @@ export const GROUP_COMMIT_SPLIT_MIN_BYTES = 0x2_0000;
  * Bounds of the tuned split threshold (the group commit starts at
  * {@link GROUP_COMMIT_SPLIT_MIN_BYTES} and measures; see `SplitTuner`):
  * below 32 KiB two flushes always cost the device more than they hide (a
- * flush of 16 KiB costs nearly what one of 32 KiB does), and from 256 KiB
- * two won on both runtimes (256 producers, 288 KiB; see above), so the
- * tuner spends no measurement there.
+ * flush of 16 KiB costs nearly what one of 32 KiB does), so the tuner
+ * spends no measurement there.
+ *
+ * The upper bound, 1 MiB, is above the load of 256 producers of 1 KiB
+ * (288 KiB), where the better choice now differs by runtime: once two
+ * won on both (see above), but on 2026-11-30 here, 256 producers, 1 KiB,
+ * rounds of 40 k puts alternated A B B A within one process, one flush
+ * made 1.31× (6 of 6 quads) and 1.33× (10 of 10, spread 1.24–1.41) the
+ * acks/s of two on Deno, and 0.92× (3 of 10 won, 0.86–1.10) on Bun;
+ * `bench/commit_log_bench.ts --filter 256p`, 4 alternated pairs each: Deno
+ * 161 k against 131 k (one won 4 of 4), Bun 158 k against 183 k (two won 4
+ * of 4); Node, in-process: 0.68× (two won 7 of 8 quads). Under 256 KiB
+ * the tuner never measured 256 producers, and split them on Deno too. With
+ * this bound it moved Deno to one flush within 400 k puts in 6 of 12 runs
+ * of 800 k (its probes there measured 0.6–1.7× the epochs beside them, so
+ * 3 wins of 3 by 1.1 often fail), and kept Bun (13 runs) and Node (2) split.
  */
 export const GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES = 0x8000;
 /** See {@link GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES}. */
-export const GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES = 0x4_0000;
+export const GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES = 0x10_0000;
 /**
  * Flushes one measurement of the split tuner covers: about 60 ms of a
  * loaded group commit (64 producers). 32 flushes measured rates of two
