@@ -204,6 +204,9 @@ function main(): void {
     (options.filter === undefined || options.filter.some((text) => c.id.includes(text)))
   );
   if (cases.length === 0) throw new RangeError("--only/--filter leave no case to run");
+  // Before the run, not after it: a missing directory failed a 15-minute run at its end.
+  fs.mkdirSync(options.out, { recursive: true });
+  if (options.raw !== undefined) fs.mkdirSync(path.dirname(options.raw), { recursive: true });
   const started = new Date();
   const loadAtStart = os.loadavg();
   console.error(
