@@ -75,13 +75,25 @@ function recordingPort(port: RuntimePort, log: string[]): RuntimePort {
   });
 }
 
+/**
+ * An allocator over a memory port with an empty directory `/q`, whose
+ * creations, mappings and pre-faults are logged into `log`.
+ */
+async function recordingAllocator(
+  sparse = false,
+): Promise<{ log: string[]; allocator: ConsumeQueueAllocator }> {
+  const log: string[] = [];
+  const memory = new MemoryPort(runtimeName());
+  await memory.makeDirectory("/q");
+  return {
+    log,
+    allocator: new ConsumeQueueAllocator({ port: recordingPort(memory, log), sparse }),
+  };
+}
+
 describe("ConsumeQueueAllocator roll pre-fault", () => {
   test("request() pre-faults the rolled-into file only after the next file, prepared at the roll, is created", async () => {
-    const log: string[] = [];
-    const memory = new MemoryPort(runtimeName());
-    await memory.makeDirectory("/q");
-    const port = recordingPort(memory, log);
-    const allocator = new ConsumeQueueAllocator({ port });
+    const { log, allocator } = await recordingAllocator();
     try {
       assert.equal(allocator.createsSynchronously, true);
       const first = `/q/${name(FILE_BYTES)}`;
@@ -107,10 +119,7 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
   });
 
   test("request() pre-faults the rolled-into file when no creation follows", async () => {
-    const log: string[] = [];
-    const memory = new MemoryPort(runtimeName());
-    await memory.makeDirectory("/q");
-    const allocator = new ConsumeQueueAllocator({ port: recordingPort(memory, log) });
+    const { log, allocator } = await recordingAllocator();
     try {
       const first = `/q/${name(FILE_BYTES)}`;
       await allocator.prepare(first, FILE_BYTES);
@@ -125,10 +134,7 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
   });
 
   test("populateRest() pre-faults a file created on request, once, after the creation in flight", async () => {
-    const log: string[] = [];
-    const memory = new MemoryPort(runtimeName());
-    await memory.makeDirectory("/q");
-    const allocator = new ConsumeQueueAllocator({ port: recordingPort(memory, log) });
+    const { log, allocator } = await recordingAllocator();
     try {
       const first = `/q/${name(0)}`;
       const second = `/q/${name(FILE_BYTES)}`;
@@ -155,10 +161,7 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
 
   test("populateRest() adds nothing to a rolled-into file's pre-fault, nor with sparse files", async () => {
     for (const sparse of [false, true]) {
-      const log: string[] = [];
-      const memory = new MemoryPort(runtimeName());
-      await memory.makeDirectory("/q");
-      const allocator = new ConsumeQueueAllocator({ port: recordingPort(memory, log), sparse });
+      const { log, allocator } = await recordingAllocator(sparse);
       try {
         const first = `/q/${name(FILE_BYTES)}`;
         await allocator.prepare(first, FILE_BYTES);
