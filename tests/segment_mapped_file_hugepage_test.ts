@@ -51,7 +51,7 @@ describe("huge-page advice", () => {
     test(
       `MappedFile.create() with randomAccess ${randomAccess} advises the mapping ${
         randomAccess ? "random" : "hugepage"
-      } before any page is touched, and prepare() from the write position`,
+      } before any page is touched, and prepare() advises only what the range lacks`,
       async () => {
         const memory = new MemoryPort(runtimeName());
         await memory.makeDirectory("/s");
@@ -65,17 +65,42 @@ describe("huge-page advice", () => {
         assert.deepEqual(log, [`${randomAccess ? "random" : "hugepage"}@0+${SEGMENT_BYTES}`]);
         assert.ok(file.appendBytes(new Uint8Array(0x1000)));
         log.length = 0;
+        // The range from the write position carries this advice already:
+        // no madvise (each takes the mmap lock for writing).
         await file.prepare({ randomAccess, populate: false });
+        assert.deepEqual(log, []);
+        // The other advice, from the write position.
+        await file.prepare({ randomAccess: !randomAccess, populate: false });
         assert.deepEqual(
           log,
           randomAccess
-            ? [`random@4096+${SEGMENT_BYTES - 0x1000}`]
-            : [`normal@4096+${SEGMENT_BYTES - 0x1000}`, `hugepage@4096+${SEGMENT_BYTES - 0x1000}`],
+            ? [`normal@4096+${SEGMENT_BYTES - 0x1000}`, `hugepage@4096+${SEGMENT_BYTES - 0x1000}`]
+            : [`random@4096+${SEGMENT_BYTES - 0x1000}`],
         );
         await file.close();
       },
     );
   }
+
+  test("MappedFile.open() leaves the advice to the first prepare(), and a second one advises nothing", async () => {
+    const memory = new MemoryPort(runtimeName());
+    await memory.makeDirectory("/s");
+    await (await memory.createFile(PATH, SEGMENT_BYTES)).close();
+    const log: string[] = [];
+    const file = await MappedFile.open({
+      port: adviceSpyPort(memory, log),
+      path: PATH,
+      fileSizeBytes: SEGMENT_BYTES,
+    });
+    assert.deepEqual(log, []);
+    // As a consume-queue file: advised at its creation, pre-faulted when
+    // its queue rolls into it.
+    await file.prepare({ populate: false });
+    assert.deepEqual(log, [`random@0+${SEGMENT_BYTES}`]);
+    await file.prepare({ populate: true });
+    assert.deepEqual(log, [`random@0+${SEGMENT_BYTES}`]);
+    await file.close();
+  });
 
   test("Mapping.advise() with hugepage marks a real mapping for huge pages", async (t) => {
     const port = await createPort({ onNotice: () => {} });

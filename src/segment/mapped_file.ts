@@ -390,6 +390,18 @@ export class MappedFile {
    * and indistinguishable from an unflushed page to a `cachestat` probe).
    */
   #populating: { start: number; end: number; done: Promise<void> } | undefined;
+  /**
+   * The advice the mapping carries from `from` to its end, once advised:
+   * `random` (`MADV_RANDOM`) or not (`MADV_NORMAL` and `MADV_HUGEPAGE`). A
+   * preparation skips an advice the range already has. Each `madvise` of
+   * advice takes the process's mmap lock for writing on the JavaScript
+   * thread, where it waits for every pre-fault in flight (they hold it for
+   * reading): a consume-queue file was advised twice, at its creation and
+   * again when its queue rolled into it (1 M puts over 64 queues of a
+   * fresh store: 448 such calls on the JavaScript thread instead of 256,
+   * single waits up to 21 ms, seen with the mmap_lock tracepoints).
+   */
+  #advised: { from: number; random: boolean } | undefined;
   /** Resolves when closing begins: ends a preparation's wait for its pace. */
   #retiring: Promise<void> | undefined;
   #resolveRetiring: (() => void) | undefined;
@@ -483,7 +495,9 @@ export class MappedFile {
       : mapping !== undefined && options.positionalWrites !== true
       ? "mapping"
       : "window";
-    return new MappedFile(options, handle, mapping, writeMode, options.pool, poolBuffer);
+    const file = new MappedFile(options, handle, mapping, writeMode, options.pool, poolBuffer);
+    if (mapping !== undefined) file.#advised = { from: 0, random: options.randomAccess !== false };
+    return file;
   }
 
   /**
@@ -1137,11 +1151,16 @@ export class MappedFile {
     const writerPage = () => this.#wrote - this.#wrote % page;
     const from = writerPage();
     if (!this.#available || from >= size) return false;
-    if (options.randomAccess === false) {
-      mapping.advise(from, size - from, "normal");
-      mapping.advise(from, size - from, "hugepage");
-    } else {
-      mapping.advise(from, size - from, "random");
+    const random = options.randomAccess !== false;
+    const advised = this.#advised;
+    if (advised === undefined || advised.random !== random || advised.from > from) {
+      if (random) {
+        mapping.advise(from, size - from, "random");
+      } else {
+        mapping.advise(from, size - from, "normal");
+        mapping.advise(from, size - from, "hugepage");
+      }
+      this.#advised = { from, random };
     }
     const populate = options.populate !== false;
     const writeZeros = options.writeZeros === true;
