@@ -76,30 +76,60 @@ interface Options {
   raw: string | undefined;
 }
 
-function parseOptions(argv: readonly string[]): Options {
-  const value = (name: string): string | undefined => {
-    const at = argv.indexOf(name);
-    if (at < 0) return undefined;
-    const v = argv[at + 1];
-    if (v === undefined) throw new TypeError(`${name} needs a value`);
-    return v;
-  };
-  const quick = argv.includes("--quick");
-  const repeats = Number(value("--repeats") ?? (quick ? 1 : 3));
-  if (!Number.isInteger(repeats) || repeats < 1) throw new RangeError(`--repeats ${repeats}`);
-  const runtimes = (value("--runtimes") ?? RUNTIMES.join(",")).split(",") as Runtime[];
+const USAGE = "Usage: tsx scripts/bench_compare.ts [--quick] [--repeats N] [--runtimes LIST] " +
+  "[--only TEXT] [--filter LIST] [--out DIR] [--dir DIR] [--raw FILE] (see the file's header)";
+
+/**
+ * The command line, strictly: an unknown or misspelt flag ends the script
+ * before a 15-minute run starts without it. `undefined` for `--help`.
+ */
+function parseOptions(argv: readonly string[]): Options | undefined {
+  const given = new Map<string, string>();
+  let quick = false;
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    switch (flag) {
+      case "--help":
+        return undefined;
+      case "--quick":
+        quick = true;
+        break;
+      case "--repeats":
+      case "--runtimes":
+      case "--only":
+      case "--filter":
+      case "--out":
+      case "--dir":
+      case "--raw": {
+        const value = argv[++i];
+        if (value === undefined || value.startsWith("--")) {
+          throw new TypeError(`${flag} needs a value. ${USAGE}`);
+        }
+        given.set(flag, value);
+        break;
+      }
+      default:
+        throw new TypeError(`Unknown argument ${flag}. ${USAGE}`);
+    }
+  }
+  const repeats = Number(given.get("--repeats") ?? (quick ? 1 : 3));
+  if (!Number.isInteger(repeats) || repeats < 1) {
+    throw new RangeError(`--repeats takes a count ≥ 1, not ${given.get("--repeats")}`);
+  }
+  const runtimes = (given.get("--runtimes") ?? RUNTIMES.join(",")).split(",") as Runtime[];
   for (const runtime of runtimes) {
     if (!RUNTIMES.includes(runtime)) throw new RangeError(`Unknown runtime ${runtime}`);
   }
+  const raw = given.get("--raw");
   return {
     quick,
     repeats,
     runtimes,
-    only: value("--only"),
-    filter: value("--filter")?.split(",").filter((text) => text.length > 0),
-    out: path.resolve(value("--out") ?? ROOT),
-    directory: path.resolve(value("--dir") ?? os.tmpdir()),
-    raw: value("--raw"),
+    only: given.get("--only"),
+    filter: given.get("--filter")?.split(",").filter((text) => text.length > 0),
+    out: path.resolve(given.get("--out") ?? ROOT),
+    directory: path.resolve(given.get("--dir") ?? os.tmpdir()),
+    raw,
   };
 }
 
@@ -196,7 +226,19 @@ function mqstoreSummary(summaries: readonly Summary[], runtimes: readonly Runtim
 }
 
 function main(): void {
-  const options = parseOptions(process.argv.slice(2));
+  let options: Options | undefined;
+  try {
+    options = parseOptions(process.argv.slice(2));
+  } catch (error) {
+    // A user's mistake: one line, no stack.
+    console.error(`bench_compare: ${(error as Error).message}`);
+    process.exitCode = 2;
+    return;
+  }
+  if (options === undefined) {
+    console.log(USAGE);
+    return;
+  }
   const sizing = options.quick ? QUICK_SIZING : FULL_SIZING;
   const allCases = buildCases(sizing);
   const cases = allCases.filter((c) =>
