@@ -153,12 +153,13 @@ function format(value: number, digits: number): string {
  */
 export function runStandalone(isMain: boolean | undefined): BenchResult[] {
   if (denoHost() !== undefined && isMain !== true) return [];
-  const argv = process.argv.slice(2);
-  const json = argv.includes("--json");
-  const filterAt = argv.indexOf("--filter");
-  const filter = filterAt >= 0 ? argv[filterAt + 1] ?? "" : "";
-  const timeAt = argv.indexOf("--time-ms");
-  const sampleMs = timeAt >= 0 ? Number(argv[timeAt + 1]) : 100;
+  const flags = readFlags(process.argv.slice(2), ["--json"], ["--filter", "--time-ms"]);
+  const json = flags.has("--json");
+  const filter = flags.get("--filter") ?? "";
+  const sampleMs = Number(flags.get("--time-ms") ?? 100);
+  if (!(sampleMs > 0)) {
+    throw new RangeError(`--time-ms is ${flags.get("--time-ms")}; it must be positive`);
+  }
   const runtime = benchRuntime();
   const results: BenchResult[] = [];
   if (!json) console.log(`runtime: ${runtime}`);
@@ -236,13 +237,36 @@ export interface ScenarioFlags {
  * @throws {RangeError} When the scale is not a positive number.
  */
 export function scenarioFlags(argv: readonly string[] = process.argv.slice(2)): ScenarioFlags {
-  const filterAt = argv.indexOf("--filter");
-  const scaleAt = argv.indexOf("--scale");
-  const scale = scaleAt >= 0 ? Number(argv[scaleAt + 1]) : 1;
-  if (!(scale > 0)) throw new RangeError(`--scale is ${argv[scaleAt + 1]}; it must be positive`);
-  return {
-    json: argv.includes("--json"),
-    filter: filterAt >= 0 ? argv[filterAt + 1] ?? "" : "",
-    scale,
-  };
+  const flags = readFlags(argv, ["--json"], ["--filter", "--scale"]);
+  const scale = Number(flags.get("--scale") ?? 1);
+  if (!(scale > 0)) throw new RangeError(`--scale is ${flags.get("--scale")}; it must be positive`);
+  return { json: flags.has("--json"), filter: flags.get("--filter") ?? "", scale };
+}
+
+/**
+ * The command line, strictly: a misspelt flag ends the bench at once
+ * rather than running every scenario without it.
+ *
+ * @throws {RangeError} For an unknown argument or a flag without its value.
+ */
+function readFlags(
+  argv: readonly string[],
+  switches: readonly string[],
+  valued: readonly string[],
+): Map<string, string> {
+  const usage = [...switches, ...valued.map((flag) => `${flag} <value>`)].join(", ");
+  const flags = new Map<string, string>();
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    if (switches.includes(flag)) {
+      flags.set(flag, "");
+    } else if (valued.includes(flag)) {
+      const value = argv[++i];
+      if (value === undefined) throw new RangeError(`${flag} needs a value (flags: ${usage})`);
+      flags.set(flag, value);
+    } else {
+      throw new RangeError(`Unknown argument ${flag} (flags: ${usage})`);
+    }
+  }
+  return flags;
 }
