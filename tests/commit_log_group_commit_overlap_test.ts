@@ -152,7 +152,7 @@ describe("GroupCommitService, overlap", () => {
     }
   });
 
-  test("GroupCommitService tunes its split threshold unless splitMinBytes is given", async () => {
+  test("GroupCommitService tunes its split threshold, from where overlapFlushes says, unless splitMinBytes is given", async () => {
     const port = new MemoryPort(runtimeName());
     const queue = new MappedFileQueue({
       port,
@@ -162,7 +162,7 @@ describe("GroupCommitService, overlap", () => {
     });
     await queue.load();
     const checkpoint = await StoreCheckpoint.load(port, "/tuned/checkpoint");
-    const make = (splitMinBytes?: number) =>
+    const make = (splitMinBytes?: number, overlapFlushes?: boolean) =>
       new GroupCommitService({
         queue,
         clock: new ManualClock(0),
@@ -172,9 +172,15 @@ describe("GroupCommitService, overlap", () => {
         onFlushed: () => {},
         onError: () => {},
         splitMinBytes,
+        overlapFlushes,
       });
     // Tuned: starts at the default, within the tuned bounds.
     assert.equal(make().splitMinBytes, GROUP_COMMIT_SPLIT_MIN_BYTES);
+    assert.equal(make(undefined, true).splitMinBytes, GROUP_COMMIT_SPLIT_MIN_BYTES);
+    // Where the port expects one flush at a time to win (Deno): from the
+    // upper bound, one flush at every load the tuner measures.
+    assert.equal(make(undefined, false).splitMinBytes, GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES);
+    assert.equal(make(0x2_0000, false).splitMinBytes, 0x2_0000, "a given threshold wins");
     // Given: kept as given, even outside the tuned bounds.
     assert.equal(make(0).splitMinBytes, 0);
     assert.equal(make(0x1000_0000).splitMinBytes, 0x1000_0000);

@@ -17,6 +17,15 @@
  *  one lost  → the round ends; the next waits twice as long (at most 112)
  * ```
  *
+ * Where the threshold starts is the port's guess (`overlapFlushes`): 128
+ * KiB, or the upper bound where one flush at a time is expected to win at
+ * every load (Deno). The rule below needs about a second of load for its
+ * first decision and often several (its first round ended after 150 k
+ * puts of 256 producers, and it moved Deno to one flush within 400 k puts
+ * in 6 of 12 runs), so a run of a few hundred thousand puts gains only
+ * from the start being right. The rule is there for the device or load
+ * where the guess is wrong, and must not move a right one.
+ *
  * The rate of an epoch is the bytes its flushes made durable over its
  * duration, so that the choice compared is what producers feel. An epoch
  * is counted in flushes, its first {@link GROUP_COMMIT_TUNE_SETTLE_FLUSHES}
@@ -108,7 +117,11 @@ export class SplitTuner {
   /** The mean load of the last round's probes, bytes (0: none yet). */
   #probedLoadBytes = 0;
 
-  /** @param thresholdBytes The starting threshold (clamped to the tuned bounds). */
+  /**
+   * @param thresholdBytes The starting threshold (clamped to the tuned
+   *   bounds): GROUP_COMMIT_SPLIT_MIN_BYTES, or the upper bound where the
+   *   port expects one flush at a time to win.
+   */
   constructor(thresholdBytes: number) {
     this.#thresholdBytes = clamp(thresholdBytes);
   }

@@ -642,6 +642,7 @@ export class CommitLog {
         stats: this.#stats,
         onFlushed,
         onError,
+        overlapFlushes: options.port.overlapFlushes,
       });
       this.#groupCommit.start();
       this.#prepareActiveSegment();

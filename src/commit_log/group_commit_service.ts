@@ -18,7 +18,8 @@
  * flush runs at a time: a flush costs the device about the same whatever
  * small group it carries, and two half groups may cost more than the work
  * they hide. Where that turns depends on the device and the runtime, so the
- * threshold is measured (`SplitTuner`: it starts at 128 KiB and moves
+ * threshold is measured (`SplitTuner`: it starts at 128 KiB, or at 1 MiB
+ * where the port expects one flush at a time to win, as on Deno, and moves
  * toward whichever choice made more bytes durable per ms at the load)
  * unless `splitMinBytes` fixes it. Flushes settle in the order they began (see
  * `MappedFileQueue.startFlush`): one that returns first answers nobody
@@ -93,6 +94,7 @@ import {
   FINAL_FLUSH_ATTEMPTS,
   GROUP_COMMIT_FLUSHES_MAX,
   GROUP_COMMIT_SPLIT_MIN_BYTES,
+  GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES,
   LONE_CHAIN_FLUSHES_MAX,
   LONE_CHAIN_HOPS,
   LONE_CHAIN_SPAN_MS,
@@ -133,9 +135,22 @@ export interface GroupCommitServiceOptions {
    * Run a second flush beside the first only when the load is at least
    * this many bytes (see the module doc).
    *
-   * @default {undefined} Tuned by measurement, from GROUP_COMMIT_SPLIT_MIN_BYTES.
+   * @default {undefined} Tuned by measurement, from GROUP_COMMIT_SPLIT_MIN_BYTES
+   * (or GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES: see `overlapFlushes`).
    */
   splitMinBytes?: number;
+  /**
+   * Where the tuned threshold starts (unless `splitMinBytes` is given): at
+   * GROUP_COMMIT_SPLIT_MIN_BYTES when two flushes in flight are expected
+   * to win on large loads, else at GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES (one
+   * flush at a time at every load the tuner measures, until it finds that
+   * splitting wins). The port's `overlapFlushes`: the tuner's first
+   * decision comes after about a second of load, too late for a run of a
+   * few hundred thousand puts to gain by it.
+   *
+   * @default {true}
+   */
+  overlapFlushes?: boolean;
 }
 
 type Resolve = (result: PutMessageResult) => void;
@@ -272,7 +287,11 @@ export class GroupCommitService {
     if (!Number.isSafeInteger(this.#splitMinBytes) || this.#splitMinBytes < 0) {
       throw new RangeError(`splitMinBytes ${this.#splitMinBytes} must be a non-negative integer`);
     }
-    if (options.splitMinBytes === undefined) this.#tuner = new SplitTuner(this.#splitMinBytes);
+    if (options.splitMinBytes === undefined) {
+      this.#tuner = new SplitTuner(
+        options.overlapFlushes ?? true ? this.#splitMinBytes : GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES,
+      );
+    }
   }
 
   /**

@@ -504,6 +504,12 @@ export class FsPort implements RuntimePort {
   readonly adapter: AdapterName;
   readonly canMap: boolean;
   readonly pageSizeBytes: number;
+  /**
+   * The binding's; for the portable adapter as measured with `node:fs`'s
+   * `fdatasync` on each runtime (the bench's raw group commit: one in
+   * flight won on Deno, two on Bun).
+   */
+  readonly overlapFlushes: boolean;
   #native: NativeLibc | undefined;
   #onNotice: (message: string) => void;
 
@@ -525,6 +531,7 @@ export class FsPort implements RuntimePort {
     this.adapter = native?.adapter ?? "portable";
     this.canMap = native !== undefined;
     this.pageSizeBytes = native?.pageSizeBytes ?? 4096;
+    this.overlapFlushes = native?.overlapFlushes ?? runtime !== "deno";
   }
 
   async createFile(

@@ -41,6 +41,8 @@ export interface NativeLibc {
   readonly adapter: AdapterName;
   /** `sysconf(_SC_PAGESIZE)`. */
   readonly pageSizeBytes: number;
+  /** The port's {@link RuntimePort.overlapFlushes}: measured per binding. */
+  readonly overlapFlushes: boolean;
   /** `posix_fallocate(fd, offset, length)`: 0 or errno. */
   fallocate(fd: number, offset: number, length: number): number;
   /**

@@ -222,6 +222,11 @@ class BunLibc implements NativeLibc {
   readonly runtime = "bun" as const;
   readonly adapter = "bun-ffi" as const;
   readonly pageSizeBytes: number;
+  /**
+   * Two flushes in flight won here: 256 SYNC producers of 1 KiB, one flush
+   * at a time made 0.92× the acks/s of two (see `GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES`).
+   */
+  readonly overlapFlushes = true;
   #ffi: BunFfi;
   #libc: LibcSymbols;
   #errnoAddress: number;

@@ -1094,6 +1094,8 @@ export class MemoryPort implements RuntimePort {
   readonly canMap = true;
   /** The simulated page size. */
   readonly pageSizeBytes = PAGE_SIZE_BYTES;
+  /** As the native adapters of Bun and Node: the group commit's default start. */
+  readonly overlapFlushes = true;
   #disk: MemoryDisk;
 
   /**

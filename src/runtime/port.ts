@@ -394,6 +394,16 @@ export interface RuntimePort {
   /** The memory page size (mapping offsets are multiples of it). */
   readonly pageSizeBytes: number;
   /**
+   * Whether two flushes in flight at once, each carrying half of the bytes,
+   * are expected to make more bytes durable per ms on this adapter than one
+   * flush at a time carrying all of them, for loads of a few hundred KiB.
+   * A starting point for a caller that goes on measuring: the SYNC_FLUSH
+   * group commit starts its split threshold from it (`SplitTuner`).
+   *
+   * @default {true}
+   */
+  readonly overlapFlushes?: boolean;
+  /**
    * Creates a new file of exactly `sizeBytes` (fails with `ALREADY_EXISTS`
    * if it exists), allocated up front with `posix_fallocate` unless
    * `sparse` is set, so a full disk is a `NO_SPACE` error here and never a
