@@ -11,20 +11,22 @@
  *  after 7 of them, a probe round, the other choice (P) against it (B):
  *      P1 B1            won?  P1 > mean(B0, B1) × 1.1
  *      G G  P2 B2       won?  P2 > mean(G, B2) × 1.1   (G: gap epochs, B's choice)
- *      G G  P3 B3       won?  P3 > mean(G, B3) × 1.1
- *  three won → move the threshold past the probes' mean load: below it
+ *      G G  P3 B3 …     up to six pairs
+ *  five won  → move the threshold past the probes' mean load: below it
  *              when splitting won, above it when one flush won
- *  one lost  → the round ends; the next waits twice as long (at most 112)
+ *  the first lost, or two → the round ends; the next waits twice as long
+ *              (at most 112)
  * ```
  *
  * Where the threshold starts is the port's guess (`overlapFlushes`): 128
  * KiB, or the upper bound where one flush at a time is expected to win at
  * every load (Deno). The rule below needs about a second of load for its
- * first decision and often several (its first round ended after 150 k
- * puts of 256 producers, and it moved Deno to one flush within 400 k puts
- * in 6 of 12 runs), so a run of a few hundred thousand puts gains only
- * from the start being right. The rule is there for the device or load
- * where the guess is wrong, and must not move a right one.
+ * first decision and often several (with three pairs of three, its first
+ * round ended after 150 k puts of 256 producers, and it moved Deno to one
+ * flush within 400 k puts in 6 of 12 runs; five of six takes longer), so
+ * a run of a few hundred thousand puts gains only from the start being
+ * right. The rule is there for the device or load where the guess is
+ * wrong, and must not move a right one.
  *
  * The rate of an epoch is the bytes its flushes made durable over its
  * duration, so that the choice compared is what producers feel. An epoch
@@ -34,16 +36,18 @@
  * change the choice; the threshold never leaves them.
  *
  * Why pairs, each held against the epochs either side of it, spaced, and
- * all won: this device's rate drifts by ±25 % between 30 ms epochs of one
- * choice within a run (55–91 k acks/s at 64 producers), those of two
+ * nearly all won: this device's rate drifts by ±25 % between 30 ms epochs
+ * of one choice within a run (55–91 k acks/s at 64 producers), those of two
  * flushes in flight ranged 0.1–1.6× their run's mean, and the rate climbs
  * through the first second of a run (JIT, page cache). Held against one
  * epoch, or won twice against the best of the three before it, a probe
  * still moved the threshold to split in one of four runs at 64 producers
- * where splitting ran 30–50 % slower (issue 5, session 6). The epochs
- * either side of a probe share its drift and cancel a climb; probes two
- * epochs apart meet different spells of the device. A round that loses
- * costs one probe epoch, mostly.
+ * where splitting ran 30–50 % slower (issue 5, session 6), and three won
+ * of three moved Bun and Node off two flushes at 256 producers in spells
+ * where one flush won pair after pair (session 13; see
+ * `GROUP_COMMIT_TUNE_PROBE_WINS`). The epochs either side of a probe share
+ * its drift and cancel a climb; probes two epochs apart meet different
+ * spells of the device. A round that loses costs one probe epoch, mostly.
  *
  * @module
  */
@@ -235,8 +239,13 @@ export class SplitTuner {
       this.#probeEvery = GROUP_COMMIT_TUNE_PROBE_EVERY;
       return;
     }
-    if (this.#pairs - this.#wins > GROUP_COMMIT_TUNE_PROBE_PAIRS - GROUP_COMMIT_TUNE_PROBE_WINS) {
-      // Lost: the next round waits twice as long.
+    if (
+      this.#wins === 0 ||
+      this.#pairs - this.#wins > GROUP_COMMIT_TUNE_PROBE_PAIRS - GROUP_COMMIT_TUNE_PROBE_WINS
+    ) {
+      // Lost (the first pair, or too many to win): the next round waits
+      // twice as long. Ending at a lost first pair keeps a right choice
+      // probed about one epoch a round, as when every pair had to win.
       this.#probeEvery = Math.min(GROUP_COMMIT_TUNE_PROBE_EVERY_MAX, this.#probeEvery * 2);
       return;
     }

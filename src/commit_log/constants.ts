@@ -107,7 +107,8 @@ export const GROUP_COMMIT_SPLIT_MIN_BYTES = 0x2_0000;
 
 /**
  * Bounds of the tuned split threshold (the group commit starts at
- * {@link GROUP_COMMIT_SPLIT_MIN_BYTES} and measures; see `SplitTuner`):
+ * {@link GROUP_COMMIT_SPLIT_MIN_BYTES}, or at the upper bound where the
+ * port's `overlapFlushes` is false, and measures; see `SplitTuner`):
  * below 32 KiB two flushes always cost the device more than they hide (a
  * flush of 16 KiB costs nearly what one of 32 KiB does), so the tuner
  * spends no measurement there.
@@ -125,6 +126,16 @@ export const GROUP_COMMIT_SPLIT_MIN_BYTES = 0x2_0000;
  * this bound it moved Deno to one flush within 400 k puts in 6 of 12 runs
  * of 800 k (its probes there measured 0.6–1.7× the epochs beside them, so
  * 3 wins of 3 by 1.1 often fail), and kept Bun (13 runs) and Node (2) split.
+ *
+ * So Deno starts at the upper bound (session 13), and a move takes 5 pairs
+ * won of 6 (see {@link GROUP_COMMIT_TUNE_PROBE_WINS}). Runs of 400 k puts
+ * here, one process each, alternated with ea97fc2 (start at 128 KiB, 3 of
+ * 3): at 256 producers Deno ran one flush from the first put in 8 of 8
+ * (before: split through the warm-up in 8 of 8, one flush from 320–360 k
+ * puts in 5), Bun and Node stayed split in 8 of 8 each (before: Bun moved
+ * to one flush in 2 of 8, Node in none); at 64 producers no run split on
+ * any runtime, before or after. `bench/commit_log_bench.ts --filter 256p`,
+ * 3 pairs alternated in order: Deno 139 k against 101 k (1.26×, 1.25–1.38).
  */
 export const GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES = 0x8000;
 /** See {@link GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES}. */
@@ -156,16 +167,29 @@ export const GROUP_COMMIT_TUNE_PROBE_EVERY_MAX = 7 * 0x10;
  */
 export const GROUP_COMMIT_TUNE_MARGIN = 1.1;
 /**
- * Probe epochs of a round that must each beat the epochs of the
- * threshold's choice either side of them (by {@link GROUP_COMMIT_TUNE_MARGIN})
- * to move the threshold; the round ends at the first pair lost. Epoch
- * rates drift ±25 % within a run here, and those of two flushes in flight
- * much more; a probe won against one epoch, or twice against the best of
- * three, still moved the threshold the wrong way (see `SplitTuner`).
+ * Probe epochs of a round, of {@link GROUP_COMMIT_TUNE_PROBE_PAIRS}, that
+ * must each beat the epochs of the threshold's choice either side of them
+ * (by {@link GROUP_COMMIT_TUNE_MARGIN}) to move the threshold; the round
+ * ends when its first pair is lost, or its second. Epoch rates drift ±25 % within a run here,
+ * and those of two flushes in flight much more; a probe won against one
+ * epoch, or twice against the best of three, still moved the threshold the
+ * wrong way (see `SplitTuner`).
+ *
+ * 5 of 6, not 3 of 3 (session 13): 1 KiB puts, traced pairs (a probe
+ * epoch against the epochs either side, 4 runs of 23–56 pairs for each
+ * runtime and load) where the probe was the slower choice scored medians
+ * of 0.74–0.91, but came in spells of wins: one flush on Node at 256
+ * producers 1.35, 1.43, 1.43 in a row, splitting on Bun at 64 1.51, 2.05,
+ * 1.95, 1.15. Over every window of consecutive pairs in those traces,
+ * 3 of 3 won in 10 of 880 windows of the slower probe (Bun at 64
+ * producers 8 of 216) and in 27 of 84 of the faster (one flush on Deno at
+ * 256, median 1.20); 5 of 6 with the first won in 2 of 808, and in 21 of
+ * 72. 4 of 5 won in 11 of 848 of the slower. A round that must win its
+ * first pair costs a right choice 1.0–1.5 probe epochs (3 of 3: 1.0–1.3).
  */
-export const GROUP_COMMIT_TUNE_PROBE_WINS = 3;
+export const GROUP_COMMIT_TUNE_PROBE_WINS = 5;
 /** Pairs a probe round measures at most (see {@link GROUP_COMMIT_TUNE_PROBE_WINS}). */
-export const GROUP_COMMIT_TUNE_PROBE_PAIRS = 3;
+export const GROUP_COMMIT_TUNE_PROBE_PAIRS = 6;
 /**
  * Epochs of the threshold's choice between two pairs of a probe round, so
  * that the next probe meets other weather (the device's good and bad
