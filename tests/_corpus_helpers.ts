@@ -37,7 +37,14 @@ export type Json = Record<string, any>;
 export function copyCorpusStore(profile: string): { root: string; directory: string } {
   const root = makeTempDirectory();
   const directory = path.join(root, "store");
-  fs.cpSync(path.join(CORPUS, profile, "store"), directory, { recursive: true });
+  try {
+    fs.cpSync(path.join(CORPUS, profile, "store"), directory, { recursive: true });
+  } catch (error) {
+    // A missing corpus (no ../shared beside the checkout) fails the test,
+    // and leaves no directory behind.
+    fs.rmSync(root, { recursive: true, force: true });
+    throw error;
+  }
   const makeWritable = (at: string) => {
     const directoryEntry = fs.statSync(at).isDirectory();
     fs.chmodSync(at, directoryEntry ? 0o755 : 0o644);

@@ -77,8 +77,14 @@ let crashedCorpus: { files: string[]; manifest: ManifestEntry[] };
 
 before(() => {
   temp = fs.mkdtempSync(path.join(os.tmpdir(), "mqstore-"));
-  publicCorpus = copyCorpus("public");
-  crashedCorpus = copyCorpus("crashed");
+  try {
+    publicCorpus = copyCorpus("public");
+    crashedCorpus = copyCorpus("crashed");
+  } catch (error) {
+    // after() does not remove it once before() failed.
+    fs.rmSync(temp, { recursive: true, force: true });
+    throw error;
+  }
 });
 
 after(() => {

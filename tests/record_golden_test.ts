@@ -84,8 +84,14 @@ let crashedCorpus: Corpus;
 
 before(() => {
   temp = fs.mkdtempSync(path.join(os.tmpdir(), "mqstore-"));
-  publicCorpus = copyCorpus("public", temp);
-  crashedCorpus = copyCorpus("crashed", temp);
+  try {
+    publicCorpus = copyCorpus("public", temp);
+    crashedCorpus = copyCorpus("crashed", temp);
+  } catch (error) {
+    // after() does not remove it once before() failed.
+    fs.rmSync(temp, { recursive: true, force: true });
+    throw error;
+  }
 });
 
 after(() => {

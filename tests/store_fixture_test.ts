@@ -350,8 +350,8 @@ describe("IndexService on the RocketMQ 4.9.8 corpora", () => {
 
   test("IndexService.buildIndex() replays the corpus into RocketMQ's index bytes", async () => {
     const port = await portFor("auto");
-    const temp = makeTempDirectory();
     const expected = corpus("public").index();
+    const temp = makeTempDirectory();
     const index = new IndexService({
       port,
       rootDirectory: temp,
