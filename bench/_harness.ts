@@ -245,11 +245,11 @@ export function scenarioFlags(argv: readonly string[] = process.argv.slice(2)): 
 
 /**
  * The command line, strictly: a misspelt flag ends the bench at once
- * rather than running every scenario without it.
+ * rather than running every scenario without it. A switch given maps to "".
  *
  * @throws {RangeError} For an unknown argument or a flag without its value.
  */
-function readFlags(
+export function readFlags(
   argv: readonly string[],
   switches: readonly string[],
   valued: readonly string[],
@@ -262,7 +262,9 @@ function readFlags(
       flags.set(flag, "");
     } else if (valued.includes(flag)) {
       const value = argv[++i];
-      if (value === undefined) throw new RangeError(`${flag} needs a value (flags: ${usage})`);
+      if (value === undefined || value.startsWith("--")) {
+        throw new RangeError(`${flag} needs a value (flags: ${usage})`);
+      }
       flags.set(flag, value);
     } else {
       throw new RangeError(`Unknown argument ${flag} (flags: ${usage})`);

@@ -56,6 +56,7 @@ import {
   QUICK_SIZING,
   THROUGHPUT_WARMUP_RUNS,
 } from "../bench/compare/workloads.ts";
+import { readFlags } from "../bench/_harness.ts";
 import { BIN, exitOf, jsonLines, ROOT, runBench } from "./_bench_runner.ts";
 
 const WORKER = "bench/compare/worker.ts";
@@ -84,34 +85,17 @@ const USAGE = "Usage: tsx scripts/bench_compare.ts [--quick] [--repeats N] [--ru
  * before a 15-minute run starts without it. `undefined` for `--help`.
  */
 function parseOptions(argv: readonly string[]): Options | undefined {
-  const given = new Map<string, string>();
-  let quick = false;
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i]!;
-    switch (flag) {
-      case "--help":
-        return undefined;
-      case "--quick":
-        quick = true;
-        break;
-      case "--repeats":
-      case "--runtimes":
-      case "--only":
-      case "--filter":
-      case "--out":
-      case "--dir":
-      case "--raw": {
-        const value = argv[++i];
-        if (value === undefined || value.startsWith("--")) {
-          throw new TypeError(`${flag} needs a value. ${USAGE}`);
-        }
-        given.set(flag, value);
-        break;
-      }
-      default:
-        throw new TypeError(`Unknown argument ${flag}. ${USAGE}`);
-    }
-  }
+  const given = readFlags(argv, ["--help", "--quick"], [
+    "--repeats",
+    "--runtimes",
+    "--only",
+    "--filter",
+    "--out",
+    "--dir",
+    "--raw",
+  ]);
+  if (given.has("--help")) return undefined;
+  const quick = given.has("--quick");
   const repeats = Number(given.get("--repeats") ?? (quick ? 1 : 3));
   if (!Number.isInteger(repeats) || repeats < 1) {
     throw new RangeError(`--repeats takes a count ≥ 1, not ${given.get("--repeats")}`);
@@ -120,7 +104,6 @@ function parseOptions(argv: readonly string[]): Options | undefined {
   for (const runtime of runtimes) {
     if (!RUNTIMES.includes(runtime)) throw new RangeError(`Unknown runtime ${runtime}`);
   }
-  const raw = given.get("--raw");
   return {
     quick,
     repeats,
@@ -129,7 +112,7 @@ function parseOptions(argv: readonly string[]): Options | undefined {
     filter: given.get("--filter")?.split(",").filter((text) => text.length > 0),
     out: path.resolve(given.get("--out") ?? ROOT),
     directory: path.resolve(given.get("--dir") ?? os.tmpdir()),
-    raw,
+    raw: given.get("--raw"),
   };
 }
 
