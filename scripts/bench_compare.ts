@@ -117,8 +117,11 @@ function parseOptions(argv: readonly string[]): Options | undefined {
 }
 
 function runWorker(runtime: Runtime, config: WorkerConfig): WorkerReport | undefined {
-  const configFile = path.join(config.directory, `mqstore-compare-${runtime}-${process.pid}.json`);
-  fs.writeFileSync(configFile, JSON.stringify(config));
+  // The worker's stores go in a directory made and removed here, so that
+  // a worker killed (timeout, signal) leaves nothing behind.
+  const directory = fs.mkdtempSync(path.join(config.directory, `mqstore-compare-${runtime}-`));
+  const configFile = path.join(directory, "config.json");
+  fs.writeFileSync(configFile, JSON.stringify({ ...config, directory }));
   try {
     const result = runBench(runtime, WORKER, ["--config", configFile], {
       inheritStderr: true,
@@ -149,7 +152,7 @@ function runWorker(runtime: Runtime, config: WorkerConfig): WorkerReport | undef
     }
     return report;
   } finally {
-    fs.rmSync(configFile, { force: true });
+    fs.rmSync(directory, { recursive: true, force: true });
   }
 }
 
