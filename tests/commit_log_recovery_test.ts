@@ -57,7 +57,7 @@ async function scan(port: RuntimePort, directory: string, windowBytes: number, c
       verifyFromIndex: 0,
       checkCrc: true,
       table,
-      findDirtyTail: !clean,
+      staleSearch: clean ? "after-invalid" : "always",
       windowBytes,
     });
     return { result, table: [...table.entries()] };

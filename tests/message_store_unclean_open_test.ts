@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { StoreCheckpoint } from "../src/commit_log/store_checkpoint.ts";
-import type { FileHandle } from "../src/runtime/port.ts";
+import type { FileHandle, RuntimePort } from "../src/runtime/port.ts";
 import {
   CHECKPOINT_BOUNDS_END,
   CHECKPOINT_BOUNDS_POSITION,
@@ -129,6 +129,37 @@ async function eraseMqstoreBlocks(env: MemoryStoreEnv, from: number, to: number)
   await env.port.writeFileAtomic(path, bytes);
 }
 
+/**
+ * `env.port`, whose commit-log files list data (`dataRanges`) up to
+ * `listedEnd`, a position in the segment, and record in `asked` each
+ * position a listing was asked from.
+ */
+function listingPort(env: MemoryStoreEnv, listedEnd: number, asked: number[]): RuntimePort {
+  const listing = (handle: FileHandle): FileHandle =>
+    new Proxy(handle, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key === "dataRanges" && target.path.includes("/commitlog/")) {
+          return (position: number, length: number) => {
+            asked.push(position);
+            const end = Math.min(position + length, listedEnd);
+            return end > position ? [{ position, length: end - position }] : [];
+          };
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  return new Proxy(env.port, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (key === "openFile" || key === "createFile") {
+        return async (...args: unknown[]) => listing(await value.apply(target, args));
+      }
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
 describe("MessageStore unclean open cost", () => {
   test("MessageStore.open() after a crash verifies from the checkpoint's segment only", async () => {
     const env = await openStore();
@@ -239,32 +270,10 @@ describe("MessageStore unclean open cost", () => {
     // ...but the file system lists data up to a page past the near byte
     // only (the far byte is planted where a real one would list a hole,
     // to show it is not read).
-    const listedEnd = near % SEGMENT_BYTES + 0x1000;
     const asked: number[] = [];
-    const listing = (handle: FileHandle): FileHandle =>
-      new Proxy(handle, {
-        get(target, key) {
-          const value = Reflect.get(target, key);
-          if (key === "dataRanges" && target.path.includes("/commitlog/")) {
-            return (position: number, length: number) => {
-              asked.push(position);
-              const end = Math.min(position + length, listedEnd);
-              return end > position ? [{ position, length: end - position }] : [];
-            };
-          }
-          return typeof value === "function" ? value.bind(target) : value;
-        },
-      });
-    const port = new Proxy(env.port, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (key === "openFile" || key === "createFile") {
-          return async (...args: unknown[]) => listing(await value.apply(target, args));
-        }
-        return typeof value === "function" ? value.bind(target) : value;
-      },
+    const again = await env.reopen({
+      port: listingPort(env, near % SEGMENT_BYTES + 0x1000, asked),
     });
-    const again = await env.reopen({ port });
     try {
       assert.equal(again.recovery.endKind, "invalid");
       assert.equal(again.maxOffset, cut);
@@ -274,6 +283,41 @@ describe("MessageStore unclean open cost", () => {
       await assertServed(again, i);
     } finally {
       await again.close();
+    }
+  });
+
+  test("MessageStore.open({ readOnly }) after a crash ends at the cut, looks for no stale bytes, changes nothing", async () => {
+    const { env, i, cut } = await crashedPastSegment();
+    const near = cut + 0x100;
+    await writeAt(env, near, new Uint8Array([0xA5]));
+    // Without bounds a writer reads the whole tail.
+    await eraseMqstoreBlocks(env, CHECKPOINT_BOUNDS_POSITION, CHECKPOINT_BOUNDS_END);
+    const segments = await env.port.list(`${env.directory}/commitlog`);
+    assert.ok(segments.length > 2, "the writer had made a segment ahead");
+    const asked: number[] = [];
+    const reader = await env.reopen({
+      port: listingPort(env, SEGMENT_BYTES, asked),
+      readOnly: true,
+    });
+    try {
+      assert.deepEqual(asked, []);
+      assert.equal(reader.recovery.endKind, "end");
+      // The segment made ahead is past the end, not part of the log.
+      assert.equal(reader.maxOffset, cut);
+      await assertServed(reader, i);
+    } finally {
+      await reader.close();
+    }
+    assert.equal(await byteAt(env, near), 0xA5);
+    assert.deepEqual(await env.port.list(`${env.directory}/commitlog`), segments);
+    // The next writer finds the stale byte and zeroes it.
+    const writer = await env.reopen();
+    try {
+      assert.equal(writer.recovery.endKind, "invalid");
+      assert.equal(writer.maxOffset, cut);
+      assert.equal(await byteAt(env, near), 0);
+    } finally {
+      await writer.close();
     }
   });
 

@@ -22,7 +22,8 @@
  * reach its last `staleGuardBytes`. Only the parts the file system says
  * may hold data are read (`dataRanges`: holes and fallocated extents never
  * written read as zeros), so the unwritten tail of a big segment costs a
- * few `lseek`s, not a read of every page.
+ * few `lseek`s, not a read of every page. A read-only open does not look:
+ * it zeroes nothing and serves nothing past the cut.
  *
  * @module
  */
@@ -79,13 +80,18 @@ export interface ScanOptions {
   /** Receives the queue offsets seen. */
   table: TopicQueueTable;
   /**
-   * Look for stale bytes past a clean end (zeros at the cut): on an unclean
-   * open a crash may have kept a later page and lost an earlier one. A clean
-   * open skips it, so the unwritten tail of a big segment is not paged in.
+   * Where to look for stale bytes past the cut (for the caller to zero):
+   * - `always`: past an invalid record and past a clean end (zeros at the
+   *   cut) alike; on an unclean open a crash may have kept a later page
+   *   and lost an earlier one;
+   * - `after-invalid`: past an invalid record only; a clean open, so the
+   *   unwritten tail of a big segment is not paged in;
+   * - `never`: a read-only open, which zeroes nothing and serves nothing
+   *   past the cut (`dirtyEndPosition` is then the cut's position).
    */
-  findDirtyTail: boolean;
+  staleSearch: "always" | "after-invalid" | "never";
   /**
-   * With `findDirtyTail`: stale bytes can only lie below the cut plus this
+   * With a search: stale bytes can only lie below the cut plus this
    * many bytes (see CommitLog.loadAndRecover); only those are read.
    * Undefined: unknown, the whole tail of the segment is read.
    */
@@ -329,9 +335,9 @@ export async function scanCommitLog(
       }
       result.cutOffset = file.fileFromOffset + position;
       result.cutFileIndex = index;
-      result.dirtyEndPosition = stop.kind !== "end" || options.findDirtyTail
-        ? await staleEnd(window, position, size, options)
-        : position;
+      const search = options.staleSearch === "always" ||
+        (options.staleSearch === "after-invalid" && stop.kind !== "end");
+      result.dirtyEndPosition = search ? await staleEnd(window, position, size, options) : position;
       if (stop.kind === "end" && result.dirtyEndPosition === position) {
         result.endKind = "end";
       } else {

@@ -521,7 +521,9 @@ export class CommitLog {
       trustedOffset: clean ? -1 : checkpoint.commitLogOffset,
       checkCrc: this.#options.checkCRCOnRecover,
       table: this.topicQueueTable,
-      findDirtyTail: !clean,
+      // A read-only open zeroes nothing: the stale bytes past the cut are
+      // the next writer's to find.
+      staleSearch: this.#options.readOnly ? "never" : clean ? "after-invalid" : "always",
       ...this.#staleBounds(options.sameBoot === true),
       windowBytes: Math.max(SCAN_WINDOW_BYTES_DEFAULT, this.#windowBytes),
     });
@@ -532,11 +534,11 @@ export class CommitLog {
     }
     const cut = scan.cutOffset;
     const holder = files[scan.cutFileIndex];
-    if (this.#options.readOnly) {
-      holder?.resetPositions(cut - holder.fileFromOffset);
-    } else {
-      const hadLater = files.length > scan.cutFileIndex + 1;
-      await this.queue.truncateDirtyFiles(cut);
+    const hadLater = files.length > scan.cutFileIndex + 1;
+    // Read-only: the segments past the cut (those a writer made ahead
+    // before it crashed) are closed and left on disk.
+    await this.queue.truncateDirtyFiles(cut);
+    if (!this.#options.readOnly) {
       if (hadLater) await this.#options.port.syncDirectory(this.queue.directory);
       if (holder !== undefined && scan.dirtyEndPosition > cut - holder.fileFromOffset) {
         // A stale record past the cut must never reappear after a later crash.

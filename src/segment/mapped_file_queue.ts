@@ -545,8 +545,9 @@ export class MappedFileQueue {
 
   /**
    * Cuts the log at `offset`: the segment holding it gets all three
-   * positions set to it, later segments are deleted. Bytes past the cut in
-   * the kept segment stay on disk (recovery zeroes them).
+   * positions set to it, later segments are deleted (a read-only queue
+   * closes them and leaves them on disk). Bytes past the cut in the kept
+   * segment stay on disk (a writer's recovery zeroes them).
    */
   async truncateDirtyFiles(offset: number): Promise<void> {
     this.#checkOpen("truncate");
@@ -568,7 +569,10 @@ export class MappedFileQueue {
     if (this.#flushedWhere > offset) this.#flushedWhere = offset;
     if (this.#flushStartedWhere > offset) this.#flushStartedWhere = offset;
     if (this.#committedWhere > offset) this.#committedWhere = offset;
-    for (const file of remove) await file.destroy({ waitMs: 0 });
+    for (const file of remove) {
+      if (this.#readOnly) await file.close({ waitMs: 0 });
+      else await file.destroy({ waitMs: 0 });
+    }
   }
 
   /**
