@@ -3,7 +3,13 @@ import { describe, test } from "node:test";
 import type { RuntimePort } from "../src/runtime/port.ts";
 import { ConsumeQueue } from "../src/store/consume_queue.ts";
 import { ConsumeQueueTable } from "../src/store/consume_queue_table.ts";
-import { adapterCases, type SegmentEnv, segmentName, withSegmentEnv } from "./_segment_helpers.ts";
+import {
+  adapterCases,
+  type SegmentEnv,
+  segmentName,
+  spyPort,
+  withSegmentEnv,
+} from "./_segment_helpers.ts";
 
 /** Ten units per file keeps every case to a few files. */
 const FILE_SIZE = 200;
@@ -121,6 +127,92 @@ describe("ConsumeQueue", () => {
           await byRun.close();
           await byUnit.close();
         });
+      });
+
+      test("putUniformRunNow() and putUnitsNow() write long runs as positional writes where the port says so, the bytes putUnitNow() writes", async () => {
+        // Runs of 256 units or more are staged and written with writeSync
+        // (RuntimePort.positionalRunWrites), 4096 units a call at most.
+        const unitsPerFile = 6000;
+        for (const positional of [true, false]) {
+          await withSegmentEnv(adapter, async (env) => {
+            let writes = 0;
+            const spied = spyPort(env.port, [], {
+              beforeCall: (operation) => {
+                if (operation === "writeSync") writes++;
+              },
+            });
+            const port = new Proxy(spied, {
+              get: (target, key) =>
+                key === "positionalRunWrites"
+                  ? positional && env.port.positionalRunWrites === true
+                  : Reflect.get(target, key),
+            });
+            const queue = (topic: string, port: RuntimePort) =>
+              new ConsumeQueue({
+                port,
+                rootDirectory: env.directory,
+                topic,
+                queueId: 0,
+                mappedFileSizeConsumeQueue: unitsPerFile * UNIT,
+                sparse: true,
+              });
+            const byRun = queue("ByRun", port);
+            const byUnit = queue("ByUnit", env.port);
+            for (const cq of [byRun, byUnit]) {
+              await cq.load();
+              await cq.recover();
+              assert.equal(await cq.putUnit(0x1_0000_0000 - 50, 50, 7, 0), true);
+            }
+            // A uniform run longer than one write takes, offsets across 2^32.
+            const from = 0x1_0000_0000;
+            const put = byRun.putUniformRunNow(5000, 1, from, 90, -3);
+            if (byRun.files[0]!.writeMode !== "mapping") {
+              assert.equal(put, 0, "not written through a mapping: declined");
+              await byRun.close();
+              await byUnit.close();
+              return;
+            }
+            assert.equal(put, 5000);
+            assert.equal(writes, positional && env.port.positionalRunWrites === true ? 2 : 0);
+            for (let i = 0; i < 5000; i++) {
+              assert.equal(byUnit.putUnitNow(from + 90 * i, 90, -3, 1 + i), true);
+            }
+            // Sizes and tagsCodes of their own, past the file's end: the units that fit.
+            const count = 1200;
+            const offsets = new Float64Array(count);
+            const sizes = new Int32Array(count);
+            const tagsCodes = new Float64Array(count);
+            let at = from + 90 * 5000;
+            for (let i = 0; i < count; i++) {
+              offsets[i] = at;
+              sizes[i] = 60 + (i % 7);
+              tagsCodes[i] = i % 3 === 0 ? -i : 0x12_3456_0000 + i;
+              at += sizes[i]!;
+            }
+            const fit = unitsPerFile - 5001;
+            assert.equal(byRun.putUnitsNow(count, 5001, offsets, sizes, tagsCodes), fit);
+            for (let i = 0; i < fit; i++) {
+              assert.equal(
+                byUnit.putUnitNow(offsets[i]!, sizes[i]!, tagsCodes[i]!, 5001 + i),
+                true,
+              );
+            }
+            assert.equal(byRun.maxOffsetInQueue, unitsPerFile);
+            assert.deepEqual(await byRun.getUnit(5001 + 3), {
+              commitLogOffset: offsets[3],
+              size: 63,
+              tagsCode: -3,
+            });
+            await byRun.flush(0);
+            await byUnit.flush(0);
+            assert.deepEqual(
+              await readFileBytes(env.port, byRun.files[0]!.path),
+              await readFileBytes(env.port, byUnit.files[0]!.path),
+            );
+            await byRun.close();
+            await byUnit.close();
+          });
+        }
       });
 
       test("putUnit() pads a queue whose first unit lands past 0", async () => {

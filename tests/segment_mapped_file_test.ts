@@ -180,6 +180,31 @@ for (const { adapter, skip } of cases) {
       await file.close();
     });
 
+    run(
+      "appendPositional() writes through the file where appends go through the mapping",
+      async (env) => {
+        const file = await create(env);
+        file.appendBytes(pattern(100));
+        const run = pattern(SIZE - 100, 5);
+        if (file.writeMode !== "mapping") {
+          assert.equal(file.appendPositional(run), false, "only a mapping's file");
+          assert.equal(file.wrotePosition, 100);
+          await file.close();
+          return;
+        }
+        assert.equal(file.appendPositional(pattern(SIZE - 99)), false, "one byte short");
+        assert.equal(file.wrotePosition, 100);
+        assert.equal(file.appendPositional(run), true);
+        assert.equal(file.wrotePosition, SIZE);
+        assert.equal(file.readPosition, SIZE);
+        // What readers see through the mapping, and what is flushed.
+        assert.deepEqual(await readAll(file, 100, SIZE - 100), run);
+        assert.equal(await file.flush(0), SIZE);
+        assert.equal(file.appendPositional(new Uint8Array(1)), false, "a full file");
+        await file.close();
+      },
+    );
+
     // [flushed before, wrote, leastPages, flushed after]
     const flushCases: Array<[number, number, number, number]> = [
       [0, 4095, 1, 0],

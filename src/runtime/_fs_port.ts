@@ -510,6 +510,8 @@ export class FsPort implements RuntimePort {
    * flight won on Deno, two on Bun).
    */
   readonly overlapFlushes: boolean;
+  /** Where the port maps (see {@link RuntimePort.positionalRunWrites}). */
+  readonly positionalRunWrites: boolean;
   #native: NativeLibc | undefined;
   #onNotice: (message: string) => void;
 
@@ -532,6 +534,7 @@ export class FsPort implements RuntimePort {
     this.canMap = native !== undefined;
     this.pageSizeBytes = native?.pageSizeBytes ?? 4096;
     this.overlapFlushes = native?.overlapFlushes ?? runtime !== "deno";
+    this.positionalRunWrites = native !== undefined;
   }
 
   async createFile(

@@ -1096,6 +1096,8 @@ export class MemoryPort implements RuntimePort {
   readonly pageSizeBytes = PAGE_SIZE_BYTES;
   /** As the native adapters of Bun and Node: the group commit's default start. */
   readonly overlapFlushes = true;
+  /** As the native adapters, so that tests take the path they take. */
+  readonly positionalRunWrites = true;
   #disk: MemoryDisk;
 
   /**

@@ -666,6 +666,26 @@ export class MappedFile {
   }
 
   /**
+   * Appends `source` in `mapping` mode with a positional write of the file
+   * (`FileHandle.writeSync`) instead of stores through the mapping, which
+   * sees the same page cache (see `RuntimePort.positionalRunWrites`).
+   *
+   * @returns False, writing nothing, when the file is not written through
+   *   a mapping or lacks room for all of `source`.
+   * @throws The write's error (nothing appended: wrotePosition stays).
+   */
+  appendPositional(source: Uint8Array): boolean {
+    const wrote = this.#wrote;
+    const end = wrote + source.length;
+    if (this.#writeMode !== "mapping" || !this.#available || end > this.fileSizeBytes) {
+      return false;
+    }
+    this.#handle.writeSync(source, wrote);
+    this.#wrote = end;
+    return true;
+  }
+
+  /**
    * Makes sure the next append may write `min(bytes, free space)` bytes,
    * committing the `window` write buffer when it is too full. Resolves at
    * once in the other modes.
