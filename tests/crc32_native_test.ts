@@ -1,6 +1,10 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import process from "node:process";
 import { createPort, runtimeName } from "../src/runtime/mod.ts";
 import {
   BODY_CRC_MASK,
@@ -13,6 +17,10 @@ import {
   writeBodyCrcs,
 } from "../src/record/crc32.ts";
 import { loadWasmBodyCrcWriter, WASM_BODY_BYTES_MAX } from "../src/runtime/_wasm_crc32.ts";
+import {
+  CC_DIRECTORY_PREFIX,
+  removeOrphanedCompileDirectories,
+} from "../src/runtime/_bun_crc32.ts";
 
 /** A small deterministic generator (xorshift32), so a failure can be replayed. */
 function generator(seed: number): () => number {
@@ -150,6 +158,29 @@ describe("crc32 native body CRCs", () => {
     const expected = expectedCrcs(bytes, ranges, 3);
     assert.equal(writer.write(bytes, ranges, 3), -1);
     assert.deepEqual(writtenCrcs(bytes, ranges, 3), expected);
+  });
+
+  test("removeOrphanedCompileDirectories() removes the compile directories of ended processes only", () => {
+    const parent = fs.mkdtempSync(path.join(os.tmpdir(), "mqstore-test-cc-"));
+    try {
+      // A process that ran and ended: its pid is free.
+      const ended = spawnSync("true");
+      assert.equal(ended.status, 0);
+      const names = [
+        `${CC_DIRECTORY_PREFIX}${ended.pid}-a1B2c3`,
+        `${CC_DIRECTORY_PREFIX}${process.pid}-d4E5f6`,
+        `${CC_DIRECTORY_PREFIX}g7H8i9`,
+        "other-1-x",
+      ];
+      for (const name of names) {
+        fs.mkdirSync(path.join(parent, name));
+        fs.writeFileSync(path.join(parent, name, "body_crcs.c"), "");
+      }
+      assert.equal(removeOrphanedCompileDirectories(parent), 1);
+      assert.deepEqual(fs.readdirSync(parent).sort(), names.slice(1).sort());
+    } finally {
+      fs.rmSync(parent, { recursive: true, force: true });
+    }
   });
 
   test("writeBodyCrcs() refuses a triple outside the buffer and writes the ones before it", async () => {

@@ -26,6 +26,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import process from "node:process";
 import type { BodyCrcWriter } from "../record/crc32.ts";
 
 /** The library, by soname (libdeflate 1.x keeps ABI 0). */
@@ -115,7 +116,8 @@ export async function loadBunBodyCrcWriter(): Promise<BodyCrcWriter> {
   if (!(typeof crc32Address === "number" && crc32Address !== 0)) {
     throw new Error(`${LIBDEFLATE_PATH}: libdeflate_crc32 has no address`);
   }
-  const directory = fs.mkdtempSync(path.join(os.tmpdir(), "mqstore-cc-"));
+  removeOrphanedCompileDirectories(os.tmpdir());
+  const directory = fs.mkdtempSync(path.join(os.tmpdir(), `${CC_DIRECTORY_PREFIX}${process.pid}-`));
   let compiled: ReturnType<BunCrcFfi["cc"]>;
   try {
     const source = path.join(directory, "body_crcs.c");
@@ -142,4 +144,44 @@ export async function loadBunBodyCrcWriter(): Promise<BodyCrcWriter> {
       return count === 0 ? -1 : bodyCrcs(crc32Address, bytes, bytes.length, ranges, count);
     },
   };
+}
+
+/** Start of the name of the directory a process compiles in: its pid and a dash follow. */
+export const CC_DIRECTORY_PREFIX = "mqstore-cc-";
+
+/**
+ * Removes the compile directories in `parent` of processes that no longer
+ * run: a process killed while TinyCC compiled never reached the removal
+ * of its own. A directory whose process runs (or whose pid was reused
+ * since) is left for it.
+ *
+ * @example Usage
+ * ```ts ignore
+ * removeOrphanedCompileDirectories(os.tmpdir());
+ * ```
+ *
+ * @param parent The directory the compile directories are made in.
+ * @returns How many were removed.
+ */
+export function removeOrphanedCompileDirectories(parent: string): number {
+  let removed = 0;
+  for (const name of fs.readdirSync(parent)) {
+    if (!name.startsWith(CC_DIRECTORY_PREFIX)) continue;
+    const pid = Number(/^(\d+)-/.exec(name.slice(CC_DIRECTORY_PREFIX.length))?.[1]);
+    if (!(pid > 0) || isRunning(pid)) continue;
+    fs.rmSync(path.join(parent, name), { recursive: true, force: true });
+    removed++;
+  }
+  return removed;
+}
+
+/** Whether a process with this pid exists (signal 0 checks without sending). */
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it exists, run by another user.
+    return (error as { code?: string }).code === "EPERM";
+  }
 }
