@@ -61,7 +61,15 @@ import type { AppendOutcome, AppendTarget, MappedFile } from "../segment/mapped_
 import { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import { TransientStorePool } from "../segment/transient_store_pool.ts";
 import { CommitRealTimeService } from "./commit_real_time_service.ts";
-import { END_OF_FILE_RESERVE_BYTES, FLUSH_STEP_BYTES_MAX, PREPARE_IDLE_MS } from "./constants.ts";
+import {
+  END_OF_FILE_RESERVE_BYTES,
+  FLUSH_STEP_BYTES_MAX,
+  PREFAULT_LEAD_BYTES_MIN,
+  PREFAULT_LEAD_MS,
+  PREFAULT_RATE_WINDOW_MS_MIN,
+  PREFAULT_RECHECK_BYTES,
+  PREPARE_IDLE_MS,
+} from "./constants.ts";
 import type { DispatchHints } from "./dispatch_hints.ts";
 import { FlushRealTimeService } from "./flush_real_time_service.ts";
 import { GroupCommitService } from "./group_commit_service.ts";
@@ -126,6 +134,13 @@ export interface CommitLogOptions {
   transientStorePoolSize: number;
   /** `warmMapedFileEnable`: pre-fault new segments off the JS thread. */
   warmMapedFileEnable: boolean;
+  /**
+   * The least lead past the write offset to which ASYNC_FLUSH pre-faults
+   * segments (not a store option: tests make it small).
+   *
+   * @default {PREFAULT_LEAD_BYTES_MIN}
+   */
+  prefaultLeadBytesMin?: number;
   /** `osPageCacheBusyTimeOutMills`: longest wait for the flusher before OS_PAGECACHE_BUSY. */
   osPageCacheBusyTimeOutMills: number;
   /** Bound on appended, not yet durable bytes. */
@@ -317,6 +332,37 @@ export class CommitLog {
   /** Whether the batch last encoded waits for the flush (no member says WAIT=false). */
   #batchWait = false;
   #curError: MqStoreError | undefined;
+  /**
+   * Pre-fault chunks (ASYNC_FLUSH) go only up to a lead past the write
+   * offset (see {@link #prefaultLead}); a chunk further ahead waits on
+   * {@link #aheadGate}, which the put that reaches `#aheadOpenAt` opens
+   * (one comparison per put): where the chunk comes within the lead, or
+   * PREFAULT_RECHECK_BYTES on, when the chunk asks again with the rate
+   * measured anew. Offsets below `#aheadFreeBelow` (the active segment at
+   * start under warmMapedFileEnable, which puts wait for in full) are
+   * never held.
+   */
+  #aheadBound = (offset: number): Promise<void> | undefined => {
+    if (this.#closed || offset < this.#aheadFreeBelow) return undefined;
+    const wrote = this.queue.maxWrotePosition;
+    const openAt = offset - this.#prefaultLead(wrote);
+    if (wrote >= openAt) return undefined;
+    this.#aheadOpenAt = Math.min(this.#aheadOpenAt, openAt, wrote + PREFAULT_RECHECK_BYTES);
+    return this.#aheadGate ??= new Promise<void>((resolve) => this.#aheadResolve = resolve);
+  };
+  /** The wait of pre-fault chunks too far ahead; undefined when none waits. */
+  #aheadGate: Promise<void> | undefined;
+  #aheadResolve: (() => void) | undefined;
+  /** Write offset at which {@link #aheadGate} opens (Infinity: none waits). */
+  #aheadOpenAt = Infinity;
+  /** See {@link #aheadBound}. */
+  #aheadFreeBelow = 0;
+  /** The least lead, bytes (PREFAULT_LEAD_BYTES_MIN unless a test says). */
+  #prefaultLeadBytesMin: number;
+  /** The writer's rate over the last window, bytes per ms, and where that window ended. */
+  #rateBytesPerMs = 0;
+  #rateFromMs = 0;
+  #rateFromOffset = 0;
   /** See {@link CommitLog.lastFlushWait}. */
   #lastFlushWait: Promise<PutMessageResult> | undefined;
   /** Outputs of the last append. */
@@ -417,6 +463,8 @@ export class CommitLog {
     this.#wakeFlusherBytes = Math.min(options.unflushedBytesMax / 2, FLUSH_STEP_BYTES_MAX);
     this.#unflushedBytesMax = options.unflushedBytesMax;
     this.#flushTimed = options.flushCommitLogTimed;
+    this.#prefaultLeadBytesMin = options.prefaultLeadBytesMin ?? PREFAULT_LEAD_BYTES_MIN;
+    assert(this.#prefaultLeadBytesMin > 0, "the pre-fault lead is positive");
     this.#recordMax = options.maxMessageSize;
     this.#directMin = this.#recordMax + END_OF_FILE_RESERVE_BYTES;
     this.#hints = options.dispatchHints;
@@ -460,6 +508,7 @@ export class CommitLog {
         populate: true,
         writeZeros: this.#writeZeros,
         pace: this.#paceBound,
+        ahead: this.#sync ? undefined : this.#aheadBound,
         stopped: () => this.#closed,
         sparse: options.sparseFiles,
         writeBufferSizeBytes: writeBufferBytes,
@@ -707,12 +756,21 @@ export class CommitLog {
     const last = this.queue.lastFile;
     let preparation: Promise<void>;
     let head: Promise<void>;
+    this.#rateFromMs = this.#clock.nowMs();
+    this.#rateFromOffset = this.#startOffset;
+    if (this.#options.warmMapedFileEnable) {
+      const activeFrom = last !== undefined && !last.isFull
+        ? last.fileFromOffset
+        : this.#startOffset - this.#startOffset % this.fileSizeBytes;
+      this.#aheadFreeBelow = activeFrom + this.fileSizeBytes;
+    }
     if (last !== undefined && !last.isFull) {
       preparation = last.prepare({
         populate: true,
         writeZeros: this.#writeZeros,
         randomAccess: this.#randomAccess,
         pace: this.#paceBound,
+        ahead: this.#sync ? undefined : this.#aheadBound,
         stopped: () => this.#closed,
       }).then(() => {});
       head = last.whenHeadPrepared();
@@ -899,8 +957,10 @@ export class CommitLog {
   async #close(): Promise<void> {
     this.#closed = true;
     this.#refusing = true;
-    // Preparations waiting for a gap stop instead (see #paceBound).
+    // Preparations waiting for a gap or for the writer stop instead (see
+    // #paceBound, #aheadBound).
     this.#paceEnd();
+    this.#aheadOpen();
     let error: unknown;
     const attempt = async (step: () => Promise<void> | undefined) => {
       try {
@@ -960,6 +1020,32 @@ export class CommitLog {
       return;
     }
     this.#paceEnd();
+  }
+
+  /**
+   * The pre-fault lead: what the writer appended in PREFAULT_LEAD_MS at
+   * the rate it went over the last window of at least
+   * PREFAULT_RATE_WINDOW_MS_MIN (measured here, when a chunk asks: a clock
+   * read per chunk, none per put), and at least the least lead.
+   */
+  #prefaultLead(wrote: number): number {
+    const nowMs = this.#clock.nowMs();
+    const elapsedMs = nowMs - this.#rateFromMs;
+    if (elapsedMs >= PREFAULT_RATE_WINDOW_MS_MIN) {
+      this.#rateBytesPerMs = Math.max(0, wrote - this.#rateFromOffset) / elapsedMs;
+      this.#rateFromMs = nowMs;
+      this.#rateFromOffset = wrote;
+    }
+    return Math.max(this.#prefaultLeadBytesMin, this.#rateBytesPerMs * PREFAULT_LEAD_MS);
+  }
+
+  /** Lets the pre-fault chunks waiting for the writer go (they ask again). */
+  #aheadOpen(): void {
+    const resolve = this.#aheadResolve;
+    this.#aheadOpenAt = Infinity;
+    this.#aheadResolve = undefined;
+    this.#aheadGate = undefined;
+    resolve?.();
   }
 
   /** Ends the shared gap wait, if any (a gap came, or the log closes). */
@@ -1493,6 +1579,7 @@ export class CommitLog {
     if (end - this.queue.flushedWhere > this.#wakeFlusherBytes) {
       this.#flusher?.wakeup();
     }
+    if (end >= this.#aheadOpenAt) this.#aheadOpen();
     // A put appended in the caller's own turn took under a millisecond
     // (it never awaited): no second clock read on the hot path.
     this.#stats.recordPutLatency(startMs === this.#curNowMs ? 0 : this.#clock.nowMs() - startMs);

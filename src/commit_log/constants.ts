@@ -83,6 +83,32 @@ export const FLUSH_STEP_BYTES_MAX = 0x200_0000;
 export const PREPARE_IDLE_MS = 10;
 
 /**
+ * How far ahead of the writer an ASYNC_FLUSH commit log pre-faults its
+ * segments: as far as the writer goes in {@link PREFAULT_LEAD_MS} at the
+ * rate it went lately, and at least 64 MiB. A preparation that ran to
+ * the segment's end, and on through the whole segment allocated ahead,
+ * pre-faulted 1–2 GiB a writer might not reach for long: each page costs
+ * the pre-fault thread ~1.4 ms per MiB here (zeroing memory the VM's host
+ * hands back, `__pi_memset` under `MADV_POPULATE_WRITE`), CPU taken from
+ * the writer on 2 cores, and is a dirty page of zeros that the kernel
+ * writes back if the writer does not reach it within the dirty expiry.
+ * A writer faster than the pre-fault (~0.7 GB/s) outruns it whatever the
+ * lead; one at 4 GB/s or more gets a lead of a whole default segment, as
+ * before, so the pre-fault starts as early as it did.
+ */
+export const PREFAULT_LEAD_BYTES_MIN = 0x400_0000;
+/** See {@link PREFAULT_LEAD_BYTES_MIN}: the lead in time of the writer's recent rate. */
+export const PREFAULT_LEAD_MS = 250;
+/**
+ * A pre-fault chunk held back is asked about again after the writer
+ * appended this much (16 MiB), so that a writer speeding up widens the
+ * lead within milliseconds instead of at the old lead's end.
+ */
+export const PREFAULT_RECHECK_BYTES = 0x100_0000;
+/** The shortest window the writer's rate is measured over, ms. */
+export const PREFAULT_RATE_WINDOW_MS_MIN = 20;
+
+/**
  * Group-commit flushes in flight at once under SYNC_FLUSH: the next group's
  * positional write and `fdatasync` start while the previous one runs (one
  * more in flight measured 1.1–1.3 times the flushes per second of one at a
@@ -291,6 +317,10 @@ export const PUT_LATENCY_BUCKET_LABELS: readonly string[] = Object.freeze([
 
 assert(END_OF_FILE_RESERVE_BYTES === 8, "a BLANK is 8 bytes");
 assert(GROUP_COMMIT_FLUSHES_MAX >= 1, "a group commit needs a flush in flight");
+assert(
+  PREFAULT_LEAD_BYTES_MIN > 0 && PREFAULT_RECHECK_BYTES <= PREFAULT_LEAD_BYTES_MIN,
+  "a held pre-fault chunk is asked about again before the writer could reach it",
+);
 assert(
   GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES <= GROUP_COMMIT_SPLIT_MIN_BYTES &&
     GROUP_COMMIT_SPLIT_MIN_BYTES <= GROUP_COMMIT_SPLIT_TUNED_HIGH_BYTES,

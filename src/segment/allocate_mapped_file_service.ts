@@ -68,6 +68,14 @@ export interface AllocateMappedFileServiceOptions {
    */
   pace?: () => Promise<void> | undefined;
   /**
+   * Asked before each pre-fault chunk of a new segment (see
+   * `PrepareOptions.ahead`): lets the owner hold the pre-fault of a
+   * segment allocated ahead until its writer comes near.
+   *
+   * @default {undefined}
+   */
+  ahead?: (offset: number) => Promise<void> | undefined;
+  /**
    * Checked between preparation chunks besides the service's own close:
    * true stops preparing (the owner is closing).
    *
@@ -415,6 +423,7 @@ export class AllocateMappedFileService {
       randomAccess: options.randomAccess,
       lock,
       pace: options.pace,
+      ahead: options.ahead,
       stopped: () => this.#closed || options.stopped?.() === true,
     });
     if (lock && !locked && !this.#warnedLock && !this.#closed) {

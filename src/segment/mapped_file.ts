@@ -293,6 +293,20 @@ export interface PrepareOptions {
    */
   pace?: () => Promise<void> | undefined;
   /**
+   * Asked right before each pre-fault chunk with the offset (global, as
+   * `fileFromOffset`) the chunk starts at: undefined lets it go now; a
+   * promise makes it wait for that promise and ask again (the chunk then
+   * starts past the writer's page as it is by then). The owner uses it to
+   * keep the pre-fault a bounded distance ahead of its writer instead of
+   * running to the segment's end, and on into the next segment, while the
+   * writer is far behind: every page pre-faulted is a page of memory the
+   * host hands the VM and a page written back (zeros) if the writer does
+   * not get there within the kernel's dirty expiry.
+   *
+   * @default {undefined}
+   */
+  ahead?: (offset: number) => Promise<void> | undefined;
+  /**
    * Checked before each chunk: true ends the preparation early (the
    * owner is shutting down).
    *
@@ -1198,8 +1212,21 @@ export class MappedFile {
       // would make it dirty again (written back twice, and never durable
       // in the eyes of a page-cache probe). A flush that reaches into the
       // chunk while it runs waits for it (see #populating).
-      const start = Math.max(at, this.#wrote === 0 ? 0 : writerPage() + page);
+      let start = Math.max(at, this.#wrote === 0 ? 0 : writerPage() + page);
       if (!live() || start >= size) break;
+      if (populate && options.ahead !== undefined) {
+        for (
+          let wait = options.ahead(this.fileFromOffset + start);
+          wait !== undefined && live();
+          wait = options.ahead(this.fileFromOffset + start)
+        ) {
+          // As for the pace below: a close must not wait for the writer.
+          this.#retiring ??= new Promise<void>((resolve) => this.#resolveRetiring = resolve);
+          await Promise.race([wait, this.#retiring]);
+          start = Math.max(at, this.#wrote === 0 ? 0 : writerPage() + page);
+        }
+        if (!live() || start >= size) break;
+      }
       const end = Math.min(size, start + chunk);
       at = end;
       if (populate) {
