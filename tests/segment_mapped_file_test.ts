@@ -627,6 +627,42 @@ for (const { adapter, skip } of cases) {
       },
     );
 
+    run(
+      "prepare() with writerOffset grows the chunks of a segment ahead of its writer to twice what the writer appended",
+      async (env) => {
+        const chunk = PREPARE_POPULATE_CHUNK_BYTES;
+        const size = 4 * chunk;
+        const gated = gatedPopulatePort(env.port);
+        const file = await MappedFile.create({
+          port: gated.port,
+          path: pathOf(env, 0),
+          fileSizeBytes: size,
+          sparse: true,
+        });
+        if (file.writeMode !== "mapping") return await file.close();
+        // The writer is in an earlier segment: this one's own write
+        // position stays 0.
+        let writer = 0;
+        const preparing = file.prepare({ writerOffset: () => writer });
+        await settle();
+        assert.deepEqual(gated.events, [`populate 0-${chunk}`]);
+        // While the first chunk runs, the writer appends 3/4 of a chunk
+        // elsewhere.
+        writer += (3 * chunk) / 4;
+        gated.open();
+        await preparing;
+        // Twice its advance; then, with the writer still, the smallest.
+        const grown = chunk + (3 * chunk) / 2;
+        assert.deepEqual(gated.events.filter((e) => e.startsWith("populate ")), [
+          `populate 0-${chunk}`,
+          `populate ${chunk}-${grown}`,
+          `populate ${grown}-${grown + chunk}`,
+          `populate ${grown + chunk}-${size}`,
+        ]);
+        await file.close();
+      },
+    );
+
     run("close() stops a preparation in progress", async (env) => {
       const file = await create(env);
       const preparing = file.prepare({

@@ -509,6 +509,7 @@ export class CommitLog {
         writeZeros: this.#writeZeros,
         pace: this.#paceBound,
         ahead: this.#sync ? undefined : this.#aheadBound,
+        writerOffset: () => this.queue.maxWrotePosition,
         stopped: () => this.#closed,
         sparse: options.sparseFiles,
         writeBufferSizeBytes: writeBufferBytes,

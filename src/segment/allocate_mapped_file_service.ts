@@ -76,6 +76,12 @@ export interface AllocateMappedFileServiceOptions {
    */
   ahead?: (offset: number) => Promise<void> | undefined;
   /**
+   * The writer's offset (see `PrepareOptions.writerOffset`).
+   *
+   * @default {undefined}
+   */
+  writerOffset?: () => number;
+  /**
    * Checked between preparation chunks besides the service's own close:
    * true stops preparing (the owner is closing).
    *
@@ -424,6 +430,7 @@ export class AllocateMappedFileService {
       lock,
       pace: options.pace,
       ahead: options.ahead,
+      writerOffset: options.writerOffset,
       stopped: () => this.#closed || options.stopped?.() === true,
     });
     if (lock && !locked && !this.#warnedLock && !this.#closed) {

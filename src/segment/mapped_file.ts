@@ -307,6 +307,16 @@ export interface PrepareOptions {
    */
   ahead?: (offset: number) => Promise<void> | undefined;
   /**
+   * The writer's offset (global, as `fileFromOffset`), for a segment
+   * prepared ahead of it: until the writer reaches the segment, its
+   * pre-fault chunks grow to twice what the writer appended while the
+   * last one ran (as they do past a writer inside the segment), instead of
+   * staying at the smallest.
+   *
+   * @default {undefined}
+   */
+  writerOffset?: () => number;
+  /**
    * Checked before each chunk: true ends the preparation early (the
    * owner is shutting down).
    *
@@ -1230,9 +1240,15 @@ export class MappedFile {
       const end = Math.min(size, start + chunk);
       at = end;
       if (populate) {
-        const wroteBefore = this.#wrote;
+        const writer = options.writerOffset;
+        const wroteBefore = writer?.() ?? this.#wrote;
         await this.#populate(mapping, start, end);
-        if (adaptive) {
+        if (adaptive && writer !== undefined && this.#wrote === 0) {
+          // A segment ahead of its writer: no flush waits for its chunks,
+          // and small ones, where a chunk's completion waits for a turn of
+          // the event loop, cap the pre-fault below a fast writer's rate.
+          chunk = populateChunkBytes(writer() - wroteBefore, 0, page);
+        } else if (adaptive) {
           chunk = populateChunkBytes(this.#wrote - wroteBefore, end - this.#wrote, page);
         }
       }
