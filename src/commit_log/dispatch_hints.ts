@@ -18,8 +18,10 @@
  * staged: a put that fails, or an append that throws, never commits them,
  * and the next put stages over them. Hints are a cache, never the truth:
  * the dispatcher takes one only when its offset is the record it is at and
- * its size and the record's header agree, and decodes every record that
- * has none (a full ring, a BLANK, a queued put, a re-dispatch at open).
+ * its size and the record's header agree (the header is not read where the
+ * record reached the file by a positional write: see the dispatcher's
+ * `checksHeaders`), and decodes every record that has none (a full ring, a
+ * BLANK, a queued put, a re-dispatch at open).
  *
  * A batch's members without properties are staged a range at a time
  * ({@link DispatchHints.stageBare}) and, when they all have one size,
