@@ -129,6 +129,13 @@ export interface NativeLibc {
    * {@link NativeLibc.pwrite}.
    */
   fdatasync?(fd: number): number;
+  /**
+   * `fdatasync(fd)` off the JavaScript thread, for `FileHandle.datasync`:
+   * resolves to 0 or an errno. Optional: a binding offers it where the
+   * runtime's `fs.fdatasync` queues behind the calls in flight on the same
+   * file, so that two flushes of a group commit cannot overlap.
+   */
+  fdatasyncAsync?(fd: number): Promise<number>;
 }
 
 /** Linux constants (identical on x86_64 and arm64). */

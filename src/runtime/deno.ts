@@ -78,6 +78,12 @@ const SYMBOLS = {
   // glibc 2.27 and later; without it, mlockOnFault falls back to mlock.
   mlock2: { parameters: ["pointer", "usize", "u32"], result: "i32", optional: true },
   munlock: { parameters: ["pointer", "usize"], result: "i32" },
+  fdatasync_nonblocking: {
+    name: "fdatasync",
+    parameters: ["i32"],
+    result: "i32",
+    nonblocking: true,
+  },
   posix_fallocate: { parameters: ["i32", "i64", "i64"], result: "i32" },
   posix_fadvise: { parameters: ["i32", "i64", "i64", "i32"], result: "i32" },
   lseek: { parameters: ["i32", "i64", "i32"], result: "i64" },
@@ -123,8 +129,13 @@ class DenoLibc implements NativeLibc {
    * One flush at a time won here: 256 SYNC producers of 1 KiB, it made
    * 1.31–1.34× the acks/s of two in flight (46 of 46 alternated rounds;
    * see `GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES`); the bench's raw group
-   * commit on Deno (`fdatasync` from `node:fs`) made 283 k against 262 k.
-   * On Bun and Node two won.
+   * commit on Deno made 283 k against 262 k. On Bun and Node two won.
+   * Those two ran one after the other, though: their `fdatasync` went
+   * through `node:fs`, which Deno runs one call per file at a time. With
+   * {@link fdatasyncAsync} they overlap; at 256 producers two in flight
+   * then made 1.19× the acks/s of one through `node:fs` in one sitting
+   * (medians, 6 of 6 alternated rounds) and 0.97× in the bench's row in
+   * the next (3 of 8 won): not a win yet (session 14).
    */
   readonly overlapFlushes = false;
   /** The bound symbols; the library stays open for the process lifetime. */
@@ -147,6 +158,19 @@ class DenoLibc implements NativeLibc {
     // port treats EINVAL from a pre-fault as "not supported, skip it".
     this.#canPopulateWrite = libc.madvise(null, 0n, LINUX.MADV_POPULATE_WRITE) === 0 ||
       this.#errno() !== EINVAL;
+  }
+
+  /**
+   * `fdatasync` on a thread of Deno's blocking pool. Not `fs.fdatasync`:
+   * Deno runs the calls on one file one after another (the second starts
+   * once the first has returned), so two flushes of a group commit could
+   * not overlap. A failure is reported as EIO: the pool thread's errno is
+   * out of reach (see `#offThread`); for `fdatasync` it is EIO, ENOSPC or
+   * EDQUOT after a failed writeback, which the port reports as an I/O
+   * error either way.
+   */
+  fdatasyncAsync(fd: number): Promise<number> {
+    return this.#libc.fdatasync_nonblocking(fd).then((result) => result === 0 ? 0 : EIO);
   }
 
   fallocate(fd: number, offset: number, length: number): number {
