@@ -201,7 +201,8 @@ describe("SplitTuner", () => {
   });
 
   test("SplitTuner started at its upper bound keeps 256 producers on one flush where it is faster", () => {
-    // As on Deno (the port's overlapFlushes is false): one flush at a time
+    // As where the port's overlapFlushes is false (Deno's portable
+    // adapter; its FFI adapter until session 14): one flush at a time
     // made 1.31–1.34× the acks/s of two at 256 producers. From the upper
     // bound the tuner runs one flush from the first put, and its split
     // probes (0.75× on average, their epochs ±60 %) never move it: 40

@@ -126,18 +126,20 @@ class DenoLibc implements NativeLibc {
   readonly adapter = "deno-ffi";
   readonly pageSizeBytes: number;
   /**
-   * One flush at a time won here: 256 SYNC producers of 1 KiB, it made
-   * 1.31–1.34× the acks/s of two in flight (46 of 46 alternated rounds;
-   * see `GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES`); the bench's raw group
-   * commit on Deno made 283 k against 262 k. On Bun and Node two won.
-   * Those two ran one after the other, though: their `fdatasync` went
-   * through `node:fs`, which Deno runs one call per file at a time. With
-   * {@link fdatasyncAsync} they overlap; at 256 producers two in flight
-   * then made 1.19× the acks/s of one through `node:fs` in one sitting
-   * (medians, 6 of 6 alternated rounds) and 0.97× in the bench's row in
-   * the next (3 of 8 won): not a win yet (session 14).
+   * Two flushes in flight, as on Bun and Node, now that
+   * {@link fdatasyncAsync} runs them side by side. Through `node:fs`
+   * Deno runs the calls on one file one at a time, so the second
+   * `fdatasync` began only once the first had returned, and one flush at
+   * a time won (256 SYNC producers of 1 KiB: 1.31–1.34× the acks/s of two
+   * "in flight", 46 of 46 alternated rounds, session 13). With them
+   * overlapping, the bench's `sync 1 KiB 256p` row, two against one,
+   * alternated pairs in separate processes: 10 of 10 won in two sittings
+   * (medians 150 k against 133 k, 176 k against 153 k; p99 alike, 3.7–5.5
+   * ms against 3.1–5.6 ms); against one through `node:fs` 3 of 8 in a
+   * third (0.97×). At 64 producers one flush carries the load either way
+   * (session 14).
    */
-  readonly overlapFlushes = false;
+  readonly overlapFlushes = true;
   /** The bound symbols; the library stays open for the process lifetime. */
   #libc: Libc;
   /** Whether the kernel knows `MADV_POPULATE_WRITE` (Linux ≥ 5.14). */
