@@ -48,6 +48,20 @@ async function readFileBytes(port: RuntimePort, path: string): Promise<Uint8Arra
   return bytes;
 }
 
+/** Flushes both queues, then checks that their first files hold the same bytes. */
+async function assertSameFirstFiles(
+  port: RuntimePort,
+  actual: ConsumeQueue,
+  expected: ConsumeQueue,
+): Promise<void> {
+  await actual.flush(0);
+  await expected.flush(0);
+  assert.deepEqual(
+    await readFileBytes(port, actual.files[0]!.path),
+    await readFileBytes(port, expected.files[0]!.path),
+  );
+}
+
 const cases = await adapterCases();
 
 describe("ConsumeQueue", () => {
@@ -117,12 +131,7 @@ describe("ConsumeQueue", () => {
               /Commit-log offset/,
             );
             assert.equal(byRun.maxOffsetInQueue, 8);
-            await byRun.flush(0);
-            await byUnit.flush(0);
-            assert.deepEqual(
-              await readFileBytes(env.port, byRun.files[0]!.path),
-              await readFileBytes(env.port, byUnit.files[0]!.path),
-            );
+            await assertSameFirstFiles(env.port, byRun, byUnit);
           }
           await byRun.close();
           await byUnit.close();
@@ -203,12 +212,7 @@ describe("ConsumeQueue", () => {
               size: 63,
               tagsCode: -3,
             });
-            await byRun.flush(0);
-            await byUnit.flush(0);
-            assert.deepEqual(
-              await readFileBytes(env.port, byRun.files[0]!.path),
-              await readFileBytes(env.port, byUnit.files[0]!.path),
-            );
+            await assertSameFirstFiles(env.port, byRun, byUnit);
             await byRun.close();
             await byUnit.close();
           });

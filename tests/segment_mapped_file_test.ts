@@ -110,6 +110,21 @@ function gatedPopulatePort(inner: RuntimePort): {
   return { port, events, open };
 }
 
+/** A sparse segment at offset 0 whose pre-faults wait at a gate ({@link gatedPopulatePort}). */
+async function gatedFile(
+  env: SegmentEnv,
+  sizeBytes: number,
+): Promise<{ gated: ReturnType<typeof gatedPopulatePort>; file: MappedFile }> {
+  const gated = gatedPopulatePort(env.port);
+  const file = await MappedFile.create({
+    port: gated.port,
+    path: pathOf(env, 0),
+    fileSizeBytes: sizeBytes,
+    sparse: true,
+  });
+  return { gated, file };
+}
+
 const cases = await adapterCases();
 
 for (const { adapter, skip } of cases) {
@@ -552,13 +567,7 @@ for (const { adapter, skip } of cases) {
 
     run("prepare() starts each chunk above the writer's page, re-read per chunk", async (env) => {
       const size = 4 * PREPARE_WRITE_CHUNK_BYTES;
-      const gated = gatedPopulatePort(env.port);
-      const file = await MappedFile.create({
-        port: gated.port,
-        path: pathOf(env, 0),
-        fileSizeBytes: size,
-        sparse: true,
-      });
+      const { gated, file } = await gatedFile(env, size);
       if (file.writeMode !== "mapping") return await file.close();
       appendPayload(file, pattern(PAGE + 10, 1));
       await file.flush(0);
@@ -597,13 +606,7 @@ for (const { adapter, skip } of cases) {
       async (env) => {
         const chunk = PREPARE_POPULATE_CHUNK_BYTES;
         const size = 4 * chunk;
-        const gated = gatedPopulatePort(env.port);
-        const file = await MappedFile.create({
-          port: gated.port,
-          path: pathOf(env, 0),
-          fileSizeBytes: size,
-          sparse: true,
-        });
+        const { gated, file } = await gatedFile(env, size);
         if (file.writeMode !== "mapping") return await file.close();
         const preparing = file.prepare();
         await settle();
@@ -632,13 +635,7 @@ for (const { adapter, skip } of cases) {
       async (env) => {
         const chunk = PREPARE_POPULATE_CHUNK_BYTES;
         const size = 4 * chunk;
-        const gated = gatedPopulatePort(env.port);
-        const file = await MappedFile.create({
-          port: gated.port,
-          path: pathOf(env, 0),
-          fileSizeBytes: size,
-          sparse: true,
-        });
+        const { gated, file } = await gatedFile(env, size);
         if (file.writeMode !== "mapping") return await file.close();
         // The writer is in an earlier segment: this one's own write
         // position stays 0.
