@@ -28,6 +28,7 @@ import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import type { BodyCrcWriter } from "../record/crc32.ts";
+import { isAlive } from "./_fs_port.ts";
 
 /** The library, by soname (libdeflate 1.x keeps ABI 0). */
 const LIBDEFLATE_PATH = "libdeflate.so.0";
@@ -168,20 +169,9 @@ export function removeOrphanedCompileDirectories(parent: string): number {
   for (const name of fs.readdirSync(parent)) {
     if (!name.startsWith(CC_DIRECTORY_PREFIX)) continue;
     const pid = Number(/^(\d+)-/.exec(name.slice(CC_DIRECTORY_PREFIX.length))?.[1]);
-    if (!(pid > 0) || isRunning(pid)) continue;
+    if (!(pid > 0) || isAlive(pid)) continue;
     fs.rmSync(path.join(parent, name), { recursive: true, force: true });
     removed++;
   }
   return removed;
-}
-
-/** Whether a process with this pid exists (signal 0 checks without sending). */
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    // EPERM: it exists, run by another user.
-    return (error as { code?: string }).code === "EPERM";
-  }
 }

@@ -430,7 +430,19 @@ function readIfExists(path: string): string | undefined {
   }
 }
 
-function isAlive(pid: number): boolean {
+/**
+ * Whether a process with this pid exists (signal 0 checks without
+ * sending; EPERM: it exists, run by another user).
+ *
+ * @example Usage
+ * ```ts ignore
+ * isAlive(1234);
+ * ```
+ *
+ * @param pid The process id.
+ * @returns Whether it runs.
+ */
+export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
