@@ -19,8 +19,9 @@
  * small group it carries, and two half groups may cost more than the work
  * they hide. Where that turns depends on the device and the runtime, so the
  * threshold is measured (`SplitTuner`: it starts at 128 KiB, or at 1 MiB
- * where the port expects one flush at a time to win, as on Deno without
- * FFI, and moves toward whichever choice made more bytes durable per ms at
+ * where the port expects one flush at a time to win, as with the portable
+ * adapter where the runtime's `fs.fdatasync` runs one call on a file at a
+ * time, and moves toward whichever choice made more bytes durable per ms at
  * the load)
  * unless `splitMinBytes` fixes it. Flushes settle in the order they began (see
  * `MappedFileQueue.startFlush`): one that returns first answers nobody

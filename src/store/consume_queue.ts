@@ -105,9 +105,10 @@ const IN_MEMORY_UNITS_INITIAL = 0x40;
  * Fewest units of a run written to a file with a positional write (where
  * the port says so: `RuntimePort.positionalRunWrites`): a write costs a
  * call, and a store through the mapping pays a page's first touch only
- * once every 205 units. Measured (Deno, runs into a populated `MADV_RANDOM`
- * file, ns a unit, stores against writes): 64 units 41–48 against 43–86,
- * 128 units 39–55 against 30–46, 256 units 39–44 against 18–35.
+ * once every 205 units. Measured (the V8 runtime's FFI adapter, runs
+ * into a populated `MADV_RANDOM` file, ns a unit, stores against writes):
+ * 64 units 41–48 against 43–86, 128 units 39–55 against 30–46, 256 units
+ * 39–44 against 18–35.
  */
 const POSITIONAL_RUN_UNITS_MIN = 0x100;
 /** Most units one positional write takes: the staging buffer's size. */

@@ -902,8 +902,9 @@ export class Dispatcher {
     let count = 0;
     // Bounded by limit: the hints are a cache, each record's header says.
     // Checked here in every mode (a batch's run, a look a run): reading
-    // the checksHeaders choice in this function made Bun's ASYNC batch1000
-    // row 4× slower (p50 0.10 → 1.2 ms a batch), though it was true there.
+    // the checksHeaders choice in this function made the JavaScriptCore
+    // runtime's ASYNC batch1000 row 4× slower (p50 0.10 → 1.2 ms a batch),
+    // though it was true there.
     for (let position = 0; count < limit; count++, position += size) {
       if (
         view.getInt32(position) !== size ||
