@@ -1193,6 +1193,8 @@ export class MappedFile {
     const page = this.#port.pageSizeBytes;
     const size = this.fileSizeBytes;
     const writerPage = () => this.#wrote - this.#wrote % page;
+    // A chunk starts at `at`, and above the writer's page once it wrote.
+    const chunkStart = (at: number) => Math.max(at, this.#wrote === 0 ? 0 : writerPage() + page);
     const from = writerPage();
     if (!this.#available || from >= size) return false;
     const random = options.randomAccess !== false;
@@ -1222,7 +1224,7 @@ export class MappedFile {
       // would make it dirty again (written back twice, and never durable
       // in the eyes of a page-cache probe). A flush that reaches into the
       // chunk while it runs waits for it (see #populating).
-      let start = Math.max(at, this.#wrote === 0 ? 0 : writerPage() + page);
+      let start = chunkStart(at);
       if (!live() || start >= size) break;
       if (populate && options.ahead !== undefined) {
         for (
@@ -1233,7 +1235,7 @@ export class MappedFile {
           // As for the pace below: a close must not wait for the writer.
           this.#retiring ??= new Promise<void>((resolve) => this.#resolveRetiring = resolve);
           await Promise.race([wait, this.#retiring]);
-          start = Math.max(at, this.#wrote === 0 ? 0 : writerPage() + page);
+          start = chunkStart(at);
         }
         if (!live() || start >= size) break;
       }
