@@ -182,6 +182,108 @@ test("retire() releases the range once the view is collected (node-koffi)", {
   }));
 
 test(
+  "mmap() makes a file mapping's view at its first use (node-koffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((libc, directory) => {
+      // V8 counts a view's length as external memory when it is made, and
+      // a GiB of it starts a full collection: see KoffiFileMapping.
+      const path = `${directory}/file`;
+      const length = 0x1000_0000;
+      const fd = sparseFile(path, length);
+      try {
+        const before = process.memoryUsage().external;
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        assert.ok(process.memoryUsage().external - before < length / 2);
+        assert.ok(
+          libc.madvise(mapping, 0, libc.pageSizeBytes, LINUX.MADV_WILLNEED) === 0,
+          "advice works on the address, with no view",
+        );
+        const bytes = mapping.bytes;
+        assert.ok(process.memoryUsage().external - before >= length);
+        assert.equal(bytes.length, length);
+        assert.equal(mapping.bytes, bytes, "one view for the mapping's life");
+        bytes[0x10] = 0xcd;
+        assert.equal(bytes[0x10], 0xcd);
+        libc.retire(mapping);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
+  "mmap() releases a range once its mapping and view, if made, are collected (node-koffi)",
+  { skip: SKIP },
+  () =>
+    withLibc((_libc, directory) => {
+      const path = `${directory}/file`;
+      // Unusual lengths, so no other mapping is likely to reuse the ranges.
+      const pages = 0x10b;
+      const child = `
+      import fs from "node:fs";
+      const { loadLibc } = await import(${JSON.stringify(NODE_MODULE)});
+      const path = ${JSON.stringify(path)};
+      const libc = loadLibc();
+      const length = ${pages} * libc.pageSizeBytes;
+      const fd = fs.openSync(path, "w+");
+      fs.ftruncateSync(fd, length);
+      const maps = () => fs.readFileSync("/proc/self/maps", "utf8").split("\\n")
+        .filter((line) => line !== "").map((line) => {
+          const [range, , , , , name] = line.split(/\\s+/);
+          const [start, end] = range.split("-").map((hex) => parseInt(hex, 16));
+          return { start, end, name: name ?? "" };
+        });
+      const mapped = (start) => maps().some((m) => m.start < start + length && m.end > start);
+      const collect = async (rounds) => {
+        for (let i = 0; i < rounds; i++) {
+          globalThis.gc();
+          await new Promise((resolve) => setTimeout(resolve, 0));
+        }
+      };
+      const waitUnmapped = async (start) => {
+        let rounds = 0;
+        while (mapped(start) && rounds < 100) {
+          await collect(1);
+          rounds++;
+        }
+        return !mapped(start);
+      };
+      const startOf = () => maps().filter((m) => m.name === path).at(-1).start;
+      // Never viewed, never retired: dropped.
+      const neverViewed = (() => {
+        libc.mmap({ fd, path }, 0, length, true);
+        return startOf();
+      })();
+      const neverViewedReleased = await waitUnmapped(neverViewed);
+      // Viewed, then the mapping object dropped while the view is held.
+      let held = (() => {
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        mapping.bytes[0] = 7;
+        return mapping.bytes;
+      })();
+      const viewed = startOf();
+      await collect(5);
+      const keptWhileViewHeld = mapped(viewed) && held[0] === 7;
+      held = undefined;
+      const viewedReleased = await waitUnmapped(viewed);
+      console.log(JSON.stringify({ neverViewedReleased, keptWhileViewHeld, viewedReleased }));
+    `;
+      const result = spawnSync(
+        process.execPath,
+        ["--expose-gc", "--import", "tsx", "--input-type=module", "-e", child],
+        { encoding: "utf8" },
+      );
+      assert.equal(result.status, 0, result.stderr);
+      assert.deepEqual(JSON.parse(result.stdout), {
+        neverViewedReleased: true,
+        keptWhileViewHeld: true,
+        viewedReleased: true,
+      });
+    }),
+);
+
+test(
   "fcntlLock() refuses a second open file description (node-koffi)",
   { skip: SKIP },
   () => withLibc((libc, directory) => assertOfdLockExcludesSecondDescription(libc, directory)),

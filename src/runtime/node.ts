@@ -19,9 +19,10 @@
  * NativeLibc.retire} maps private anonymous memory over the same range
  * (`MAP_FIXED`), which drops the file mapping at once and leaves a stale
  * view reading zeros. The address range itself is released (`munmap`) by a
- * `FinalizationRegistry` once the ArrayBuffer is collected, when no view can
- * reach it any more. The same registry releases a mapping that was dropped
- * without being retired.
+ * `FinalizationRegistry` once the ArrayBuffer and the mapping object are
+ * collected, when no view can reach it any more (a file mapping's view is
+ * made at its first use: see `KoffiFileMapping`). The same registry
+ * releases a mapping that was dropped without being retired.
  *
  * Limits: a view is at most `buffer.constants.MAX_LENGTH` bytes (4 GiB on
  * Node 20; a larger koffi view aborts the process, so {@link
@@ -67,6 +68,41 @@ interface KoffiRange {
   readonly length: number;
   /** Whether the file mapping was replaced by the anonymous placeholder. */
   retired: boolean;
+  /**
+   * Objects whose collection the range waits for before it is released:
+   * its {@link KoffiFileMapping} and, once made, its view.
+   */
+  holders: number;
+}
+
+/**
+ * A file mapping whose view (`koffi.view`) is made at its first use, not
+ * at `mmap`. V8 11 (Node 20) counts an external ArrayBuffer's length as
+ * external memory when the buffer is made, and a GiB of new external
+ * memory starts a full garbage collection ("external memory pressure"):
+ * the commit-log segment allocated ahead is mapped while the writer is
+ * still in the segment before, and its view made at `mmap` cost a
+ * `putMessages` run of a fresh store one or two full collections of the
+ * JavaScript heap (5–25 ms in 200). Made at first use, a segment's view
+ * costs that collection when the writer reaches it (or never, for a
+ * segment a short-lived store does not reach). The pre-fault and `msync`
+ * work on the address and need no view.
+ */
+class KoffiFileMapping implements NativeMapping {
+  readonly length: number;
+  readonly handle: KoffiRange;
+  #bytes: Uint8Array | undefined;
+  readonly #makeView: (range: KoffiRange) => Uint8Array;
+
+  constructor(range: KoffiRange, makeView: (range: KoffiRange) => Uint8Array) {
+    this.length = range.length;
+    this.handle = range;
+    this.#makeView = makeView;
+  }
+
+  get bytes(): Uint8Array {
+    return this.#bytes ??= this.#makeView(this.handle);
+  }
 }
 
 /** A koffi function: callable, with a callback-style `.async`. */
@@ -157,10 +193,18 @@ function bindLibc(): NativeLibc {
   const cachestatStatView = new DataView(cachestatStat.buffer);
 
   const released = new FinalizationRegistry<KoffiRange>((range) => {
-    // Runs once, after the ArrayBuffer is collected: nothing can touch the
-    // range any more, so giving it back cannot fault anyone.
-    munmap(range.address, range.length);
+    // Runs after each holder is collected; once the last one is, nothing
+    // can touch the range any more, so giving it back cannot fault anyone.
+    range.holders--;
+    if (range.holders === 0) munmap(range.address, range.length);
   });
+  /** Makes the view of a file mapping (at its first use, see {@link KoffiFileMapping}). */
+  const makeView = (range: KoffiRange): Uint8Array => {
+    const view = koffi.view(range.address, range.length);
+    range.holders++;
+    released.register(view, range);
+    return new Uint8Array(view);
+  };
 
   /** 0 for a call that returned 0, else the errno it left. */
   const status = (result: unknown): number => result === 0 ? 0 : koffi.errno();
@@ -248,10 +292,10 @@ function bindLibc(): NativeLibc {
           `Cannot map ${file.path}: the kernel returned address ${String(raw)}, beyond 2^53`,
         );
       }
-      const range: KoffiRange = { address: raw, length, retired: false };
-      const view = koffi.view(raw, length);
-      released.register(view, range);
-      return { bytes: new Uint8Array(view), length, handle: range };
+      const range: KoffiRange = { address: raw, length, retired: false, holders: 1 };
+      const mapping = new KoffiFileMapping(range, makeView);
+      released.register(mapping, range);
+      return mapping;
     },
 
     mmapAnonymous(length: number): NativeMapping {
@@ -279,7 +323,7 @@ function bindLibc(): NativeLibc {
       }
       // Retired like a file mapping: the placeholder frees (and unlocks)
       // the memory at once, the registry releases the range later.
-      const range: KoffiRange = { address: raw, length, retired: false };
+      const range: KoffiRange = { address: raw, length, retired: false, holders: 1 };
       const view = koffi.view(raw, length);
       released.register(view, range);
       return { bytes: new Uint8Array(view), length, handle: range };
