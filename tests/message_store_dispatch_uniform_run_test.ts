@@ -231,6 +231,45 @@ async function putBareMix(store: MessageStore, seed: number, count: number): Pro
 }
 
 describe("MessageStore uniform runs", () => {
+  test("putMessages() of a bare batch larger than a dispatch slice writes its units as one run", async () => {
+    // A slice of dispatchNow takes 64 records; a batch's uniform run is
+    // taken whole (cut there, its first 64 units went in by stores into
+    // the mapping and the rest by a positional write).
+    const original = ConsumeQueue.prototype.putUniformRunNow;
+    const runs: number[] = [];
+    ConsumeQueue.prototype.putUniformRunNow = function (this: ConsumeQueue, ...args) {
+      const put = original.apply(this, args);
+      if (put > 0) runs.push(put);
+      return put;
+    };
+    const { store } = await openMemoryStore({
+      mappedFileSizeCommitLog: 0x10_0000,
+      maxMessageSize: 0x4_0000,
+      mappedFileSizeConsumeQueue: 20 * 0x1000,
+    });
+    try {
+      for (let b = 0; b < 4; b++) {
+        const batch: MessageInput[] = Array.from(
+          { length: 1000 },
+          (_, k) => ({ topic: "Bare", queueId: 1, body: body(20, b * 1000 + k) }),
+        );
+        assert.equal((await store.putMessages(batch)).status, "PUT_OK");
+      }
+      await store.whenDispatched(store.maxOffset);
+      // The first record of the first batch went in on its own (its
+      // queue was created by it), the rest as runs of whole batches.
+      assert.deepEqual(runs, [999, 1000, 1000, 1000]);
+      const page = await store.getMessages("Bare", 1, 3990, 32);
+      assert.deepEqual(
+        page.messages.map((m) => m.queueOffset),
+        [...Array(10).keys()].map((i) => 3990 + i),
+      );
+    } finally {
+      ConsumeQueue.prototype.putUniformRunNow = original;
+      await store.close();
+    }
+  });
+
   test("putMessages() of bare batches dispatched as uniform runs writes the files a decoding re-dispatch writes", async () => {
     // Counts the units written as uniform runs (the path under test).
     const original = ConsumeQueue.prototype.putUniformRunNow;

@@ -113,6 +113,16 @@ const SLICE_RECORDS_MAX = 0x40;
  * most (a few pages of units).
  */
 const RUN_RECORDS_MAX = 0x400;
+/**
+ * Records of a uniform run (a batch's records of one size and queue, see
+ * `#dispatchUniformRun`) a {@link Dispatcher.dispatchNow} slice takes
+ * whole, past {@link SLICE_RECORDS_MAX}: such a run costs tens of ns a
+ * record, not µs, and cut at the slice's 64 records it went in as a
+ * 64-unit run (stores into the mapping, a first touch of a page under
+ * random advice every few batches) and a second run of the rest
+ * (`ConsumeQueue.putUniformRunNow`'s positional write, from 256 units).
+ */
+const SLICE_UNIFORM_RUN_RECORDS_MAX = 0x1000;
 /** A BLANK record's header: int32 size, int32 magic. */
 const BLANK_HEADER_BYTES = 8;
 const BLANK_MAGIC = 0xCBD4_3194;
@@ -621,7 +631,7 @@ export class Dispatcher {
                 at,
                 recordOffset,
                 length,
-                left,
+                Math.max(left, SLICE_UNIFORM_RUN_RECORDS_MAX),
               );
               if (run > 0) {
                 at += run * size;
