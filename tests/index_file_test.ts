@@ -357,6 +357,54 @@ for (const { adapter, skip } of cases) {
       });
     });
 
+    test("putKeyHashesRun() of more keys than its first scratch writes what putKeyHashes() writes", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        // 300 members of 2 keys: 600 keys, past the 256 the run's scratch
+        // arrays hold at first, then a second run into the grown arrays.
+        const stride = 2;
+        const count = 300;
+        const open = (name: string) => createSparse(env, name, 2 * 2 * count + 2, 0x100);
+        const byMember = await open("20261129121453508");
+        const byRun = await open("20261129121453509");
+        // A first entry in each, so that the runs take the appending path.
+        const first = new Int32Array([javaHashCode("T#first")]);
+        for (const file of [byMember, byRun]) {
+          assert.equal(file.putKeyHashes(first, 1, 0x100, T0), true);
+        }
+        const slots = new Int32Array(Array.from({ length: count }, (_, i) => (i * 7) % count));
+        const keyCounts = new Int32Array(count).fill(2);
+        const keyHashes = new Int32Array(count * stride);
+        const timestamps = new Float64Array(count);
+        for (let slot = 0; slot < count; slot++) {
+          keyHashes[slot * stride] = javaHashCode(`T#order-${slot}`);
+          keyHashes[slot * stride + 1] = javaHashCode(`T#customer-${slot % 13}`);
+          timestamps[slot] = T0 + slot * 10;
+        }
+        for (const round of [0, 1]) {
+          const offsets = new Float64Array(count);
+          for (let i = 0; i < count; i++) offsets[i] = 0x200 + (round * count + i) * 0x100;
+          for (let i = 0; i < count; i++) {
+            const slot = slots[i]!;
+            const hashes = keyHashes.subarray(slot * stride, slot * stride + 2);
+            assert.equal(byMember.putKeyHashes(hashes, 2, offsets[i]!, timestamps[slot]!), true);
+          }
+          assert.equal(
+            byRun.putKeyHashesRun(count, slots, keyCounts, keyHashes, stride, offsets, timestamps),
+            count,
+          );
+        }
+        assert.equal(byRun.indexCount, byMember.indexCount);
+        assert.equal(byRun.hashSlotCount, byMember.hashSlotCount);
+        await byRun.flush();
+        await byMember.flush();
+        const runPath = byRun.path;
+        const memberPath = byMember.path;
+        await byRun.close();
+        await byMember.close();
+        assert.deepEqual(await env.port.readFile(runPath), await env.port.readFile(memberPath));
+      });
+    });
+
     test("buildIndex() names files in creation order even within one millisecond", async () => {
       await withSegmentEnv(adapter, async (env) => {
         let index = serviceOf(env, { clock: { nowMs: () => T0 } });
