@@ -663,7 +663,7 @@ export class IndexFile {
    * {@link #appendEntries} for keys `[from, from + count)` of the run
    * {@link #touchSlots} went through: their hashes and slot positions from
    * there. The entry is written out here rather than by a call to
-   * {@link #writeEntry}'s body: that way Deno's index run took 44–45 ns a
+   * {@link #writeEntry}'s body: that way the index run took (on V8) 44–45 ns a
    * record of 2 keys, against 38–39 written out (in-process A/B).
    */
   #appendTouched(
