@@ -475,9 +475,8 @@ export class CommitLog {
       now: () => this.#bornNowMs,
     });
     this.#batchEncoder = new BatchEncoder(this.#encoder, this.topicQueueTable);
-    // A batch is encoded record after record: each at most recordMax, the
-    // total too, so twice that always holds the one that crosses the limit.
-    this.#scratch = new Uint8Array(2 * this.#recordMax);
+    // Made at its first use (#scratchBytes): most puts never need it.
+    this.#scratch = new Uint8Array(0);
     // The window of ports that cannot map must hold a BLANK's whole tail
     // (less than a record + 8) and any record.
     const window = Math.max(
@@ -1139,7 +1138,7 @@ export class CommitLog {
       return this.#afterAppend(input.storeHost, wait, startMs);
     }
     // Near the segment end, or queued: encode into the scratch first.
-    const size = this.#encoder.encode(input, this.#scratch, 0);
+    const size = this.#encoder.encode(input, this.#scratchBytes(), 0);
     if (typeof size !== "number") return this.#answerFailure(statusOf(size), size);
     const hints = this.#hints;
     if (hints !== undefined) {
@@ -1191,7 +1190,7 @@ export class CommitLog {
       return this.#afterAppend(first.storeHost, this.#batchWait, startMs);
     }
     // Near the segment end, or queued: encode into the scratch first.
-    const size = this.#encodeBatch(messages, this.#scratch, 0, this.#recordMax);
+    const size = this.#encodeBatch(messages, this.#scratchBytes(), 0, this.#recordMax);
     if (typeof size !== "number") return this.#answerFailure(statusOf(size), size);
     const tooBig = this.#checkFits(size);
     if (tooBig !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", tooBig);
@@ -1297,6 +1296,24 @@ export class CommitLog {
         this.fileSizeBytes - END_OF_FILE_RESERVE_BYTES
       } (8 are kept for the end-of-segment BLANK)`,
     );
+  }
+
+  /**
+   * The scratch, made at its first use. A batch is encoded record after
+   * record: each at most recordMax, the total too, so twice that always
+   * holds the one that crosses the limit. Not made at open: 8 MiB by
+   * default, which a store that never encodes near a segment's end or
+   * queues a put never touches, and whose zeroing cost an open up to
+   * 17 ms here where the allocator handed back heap memory to clear.
+   */
+  #scratchBytes(): Uint8Array {
+    const scratch = this.#scratch;
+    if (scratch.length !== 0) return scratch;
+    const made = new Uint8Array(2 * this.#recordMax);
+    // The source of the last append stays "the scratch" (#appendInto).
+    if (this.#curSource === scratch) this.#curSource = made;
+    this.#scratch = made;
+    return made;
   }
 
   /** Appends `size` bytes encoded in the scratch now, or queues a copy. */
