@@ -273,7 +273,10 @@ export class CommitLog {
   #batchEncoder: BatchEncoder;
   /** Where appended records are described for the dispatcher. */
   #hints: DispatchHints | undefined;
-  /** Where records are encoded when they cannot go straight into a segment. */
+  /**
+   * Where records are encoded when they cannot go straight into a segment:
+   * empty until {@link #scratchBytes} first needs it.
+   */
   #scratch: Uint8Array;
   /** Largest record (and batch) in bytes. */
   #recordMax: number;
@@ -1138,7 +1141,8 @@ export class CommitLog {
       return this.#afterAppend(input.storeHost, wait, startMs);
     }
     // Near the segment end, or queued: encode into the scratch first.
-    const size = this.#encoder.encode(input, this.#scratchBytes(), 0);
+    const scratch = this.#scratchBytes();
+    const size = this.#encoder.encode(input, scratch, 0);
     if (typeof size !== "number") return this.#answerFailure(statusOf(size), size);
     const hints = this.#hints;
     if (hints !== undefined) {
@@ -1148,6 +1152,7 @@ export class CommitLog {
     const tooBig = this.#checkFits(size);
     if (tooBig !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", tooBig);
     return this.#appendEncoded(
+      scratch,
       size,
       1,
       input.topic,
@@ -1190,11 +1195,13 @@ export class CommitLog {
       return this.#afterAppend(first.storeHost, this.#batchWait, startMs);
     }
     // Near the segment end, or queued: encode into the scratch first.
-    const size = this.#encodeBatch(messages, this.#scratchBytes(), 0, this.#recordMax);
+    const scratch = this.#scratchBytes();
+    const size = this.#encodeBatch(messages, scratch, 0, this.#recordMax);
     if (typeof size !== "number") return this.#answerFailure(statusOf(size), size);
     const tooBig = this.#checkFits(size);
     if (tooBig !== undefined) return this.#answerFailure("MESSAGE_ILLEGAL", tooBig);
     return this.#appendEncoded(
+      scratch,
       size,
       messages.length,
       first.topic,
@@ -1304,20 +1311,19 @@ export class CommitLog {
    * holds the one that crosses the limit. Not made at open: 8 MiB by
    * default, which a store that never encodes near a segment's end or
    * queues a put never touches, and whose zeroing cost an open up to
-   * 17 ms here where the allocator handed back heap memory to clear.
+   * 17 ms here where the allocator handed back heap memory to clear. The
+   * trade: that cost, where the allocator has it, now falls on the first
+   * put that needs the scratch (near the first segment's end, or the first
+   * put queued behind a backlog or a warm-up), once per store.
    */
   #scratchBytes(): Uint8Array {
-    const scratch = this.#scratch;
-    if (scratch.length !== 0) return scratch;
-    const made = new Uint8Array(2 * this.#recordMax);
-    // The source of the last append stays "the scratch" (#appendInto).
-    if (this.#curSource === scratch) this.#curSource = made;
-    this.#scratch = made;
-    return made;
+    if (this.#scratch.length === 0) this.#scratch = new Uint8Array(2 * this.#recordMax);
+    return this.#scratch;
   }
 
-  /** Appends `size` bytes encoded in the scratch now, or queues a copy. */
+  /** Appends `size` bytes encoded in `scratch` (the scratch) now, or queues a copy. */
   #appendEncoded(
+    scratch: Uint8Array,
     size: number,
     count: number,
     topic: string,
@@ -1337,13 +1343,13 @@ export class CommitLog {
         size + END_OF_FILE_RESERVE_BYTES <= this.fileSizeBytes - file.wrotePosition &&
         size <= file.writableBytes
       ) {
-        this.#appendRecords(file, this.#scratch, size, count, topic, queueId, advances, startMs);
+        this.#appendRecords(file, scratch, size, count, topic, queueId, advances, startMs);
         return this.#afterAppend(storeHost, wait, startMs);
       }
     }
     return new Promise<PutMessageResult>((resolve) => {
       this.#pending.push({
-        records: this.#scratch.slice(0, size),
+        records: scratch.slice(0, size),
         count,
         topic,
         queueId,
