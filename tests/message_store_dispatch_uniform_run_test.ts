@@ -280,7 +280,7 @@ describe("MessageStore uniform runs", () => {
       return put;
     };
     const env = await openMemoryStore();
-    const { store, port, directory } = env;
+    const { store } = env;
     let reopened: MessageStore | undefined;
     try {
       // 64 KiB segments and 1024-unit consume-queue files: both roll.
@@ -294,20 +294,52 @@ describe("MessageStore uniform runs", () => {
         `${stats.dispatchHintedCount} records from hints`,
       );
       await store.close();
-      const hinted = await dispatchFiles(port, directory);
-      assert.ok(hinted.size >= 6, `${hinted.size} files`);
-      await removeFiles(port, `${directory}/consumequeue`);
-      await removeFiles(port, `${directory}/index`);
-      reopened = await env.reopen();
-      await reopened.whenDispatched(reopened.maxOffset);
-      await reopened.close();
-      const decoded = await dispatchFiles(port, directory);
-      assert.deepEqual([...decoded.keys()].sort(), [...hinted.keys()].sort());
-      for (const [path, bytes] of hinted) {
-        const other = decoded.get(path)!;
-        const differs = bytes.findIndex((b, i) => b !== other[i]);
-        assert.equal(differs, -1, `${path} differs at byte ${differs}`);
+      reopened = await assertSameAsRedispatch(env, 6);
+    } finally {
+      ConsumeQueue.prototype.putUniformRunNow = original;
+      await store.close();
+      await reopened?.close();
+    }
+  });
+
+  test("a dispatch slice's uniform run stops at one positional write's units and crosses consume-queue file rolls", async () => {
+    const original = ConsumeQueue.prototype.putUniformRunNow;
+    const runs: number[] = [];
+    ConsumeQueue.prototype.putUniformRunNow = function (this: ConsumeQueue, ...args) {
+      const put = original.apply(this, args);
+      if (put > 0) runs.push(put);
+      return put;
+    };
+    // 10000-unit consume-queue files: the 6000-record batch fits in the
+    // first, a run of 150 reaches its end.
+    const env = await openMemoryStore({
+      mappedFileSizeCommitLog: 0x40_0000,
+      maxMessageSize: 0x10_0000,
+      mappedFileSizeConsumeQueue: 20 * 10_000,
+    });
+    const { store } = env;
+    let reopened: MessageStore | undefined;
+    try {
+      const batch = (length: number, from: number): MessageInput[] =>
+        Array.from({ length }, (_, k) => ({ topic: "Bare", queueId: 2, body: body(20, from + k) }));
+      assert.equal((await store.putMessages(batch(6000, 0))).status, "PUT_OK");
+      for (let b = 0; b < 30; b++) {
+        assert.equal((await store.putMessages(batch(150, 6000 + b * 150))).status, "PUT_OK");
       }
+      await store.whenDispatched(store.maxOffset);
+      // The queue's first record went alone (it created the queue); then
+      // one write's worth (4096 units), the rest of the batch, and runs of
+      // 150, the one across unit 10000 cut at the file's end.
+      assert.deepEqual(runs.slice(0, 2), [4096, 1903]);
+      assert.deepEqual(runs.slice(2).filter((n) => n !== 150), [100, 50]);
+      assert.equal(runs.reduce((a, b) => a + b, 0), 10_499);
+      const page = await store.getMessages("Bare", 2, 6995, 10);
+      assert.deepEqual(
+        page.messages.map((m) => m.queueOffset),
+        [...Array(10).keys()].map((i) => 6995 + i),
+      );
+      await store.close();
+      reopened = await assertSameAsRedispatch(env, 2);
     } finally {
       ConsumeQueue.prototype.putUniformRunNow = original;
       await store.close();
@@ -315,3 +347,30 @@ describe("MessageStore uniform runs", () => {
     }
   });
 });
+
+/**
+ * Asserts that the consume-queue and index files `env`'s closed store
+ * wrote (at least `filesMin` of them) are the ones a decoding re-dispatch
+ * of its commit log writes; returns the reopened store, closed.
+ */
+async function assertSameAsRedispatch(
+  env: Awaited<ReturnType<typeof openMemoryStore>>,
+  filesMin: number,
+): Promise<MessageStore> {
+  const { port, directory } = env;
+  const hinted = await dispatchFiles(port, directory);
+  assert.ok(hinted.size >= filesMin, `${hinted.size} files`);
+  await removeFiles(port, `${directory}/consumequeue`);
+  await removeFiles(port, `${directory}/index`);
+  const reopened = await env.reopen();
+  await reopened.whenDispatched(reopened.maxOffset);
+  await reopened.close();
+  const decoded = await dispatchFiles(port, directory);
+  assert.deepEqual([...decoded.keys()].sort(), [...hinted.keys()].sort());
+  for (const [path, bytes] of hinted) {
+    const other = decoded.get(path)!;
+    const differs = bytes.findIndex((b, i) => b !== other[i]);
+    assert.equal(differs, -1, `${path} differs at byte ${differs}`);
+  }
+  return reopened;
+}

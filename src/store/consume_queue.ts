@@ -112,7 +112,7 @@ const IN_MEMORY_UNITS_INITIAL = 0x40;
  */
 const POSITIONAL_RUN_UNITS_MIN = 0x100;
 /** Most units one positional write takes: the staging buffer's size. */
-const POSITIONAL_RUN_UNITS_MAX = 0x1000;
+export const POSITIONAL_RUN_UNITS_MAX = 0x1000;
 /**
  * Where runs are staged for a positional write: one buffer for every
  * queue (a store has thousands), only ever used within one synchronous

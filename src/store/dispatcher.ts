@@ -58,7 +58,7 @@ import {
 } from "../record/mod.ts";
 import type { MappedFile } from "../segment/mapped_file.ts";
 import type { MappedFileQueue } from "../segment/mapped_file_queue.ts";
-import type { ConsumeQueue } from "./consume_queue.ts";
+import { type ConsumeQueue, POSITIONAL_RUN_UNITS_MAX } from "./consume_queue.ts";
 import type { ConsumeQueueTable } from "./consume_queue_table.ts";
 import type { IndexService } from "./index_service.ts";
 
@@ -102,10 +102,11 @@ export interface DispatcherOptions {
 }
 
 /**
- * Records one {@link Dispatcher.dispatchNow} call dispatches at most: a
- * put pays for at most this many (a few µs each), and a dispatcher that
- * fell behind (it waited for a new file) catches up this many times
- * faster than puts arrive.
+ * Records one {@link Dispatcher.dispatchNow} call dispatches at most,
+ * besides one uniform run ({@link SLICE_UNIFORM_RUN_RECORDS_MAX}): a put
+ * pays for at most this many (a few µs each), and a dispatcher that fell
+ * behind (it waited for a new file) catches up this many times faster
+ * than puts arrive.
  */
 const SLICE_RECORDS_MAX = 0x40;
 /**
@@ -121,8 +122,9 @@ const RUN_RECORDS_MAX = 0x400;
  * 64-unit run (stores into the mapping, a first touch of a page under
  * random advice every few batches) and a second run of the rest
  * (`ConsumeQueue.putUniformRunNow`'s positional write, from 256 units).
+ * As many as one positional write takes: a slice's run is one write.
  */
-const SLICE_UNIFORM_RUN_RECORDS_MAX = 0x1000;
+const SLICE_UNIFORM_RUN_RECORDS_MAX = POSITIONAL_RUN_UNITS_MAX;
 /** A BLANK record's header: int32 size, int32 magic. */
 const BLANK_HEADER_BYTES = 8;
 const BLANK_MAGIC = 0xCBD4_3194;
@@ -311,6 +313,8 @@ export class Dispatcher {
 
   /**
    * Dispatches, synchronously, up to {@link SLICE_RECORDS_MAX} records
+   * (and one batch's uniform run of up to
+   * {@link SLICE_UNIFORM_RUN_RECORDS_MAX} records past them)
    * below the limit when the loop is started and idle and no record needs
    * I/O; wakes the loop for whatever is left. Called after each put: the
    * dispatcher then moves in step with the producer whatever the event
