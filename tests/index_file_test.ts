@@ -360,7 +360,8 @@ for (const { adapter, skip } of cases) {
     test("putKeyHashesRun() of more keys than its first scratch writes what putKeyHashes() writes", async () => {
       await withSegmentEnv(adapter, async (env) => {
         // 300 members of 2 keys: 600 keys, past the 256 the run's scratch
-        // arrays hold at first, then a second run into the grown arrays.
+        // arrays hold at first (unless a run before grew them), then a
+        // second run into the grown arrays.
         const stride = 2;
         const count = 300;
         const open = (name: string) => createSparse(env, name, 2 * 2 * count + 2, 0x100);
@@ -380,17 +381,33 @@ for (const { adapter, skip } of cases) {
           keyHashes[slot * stride + 1] = javaHashCode(`T#customer-${slot % 13}`);
           timestamps[slot] = T0 + slot * 10;
         }
-        for (const round of [0, 1]) {
-          const offsets = new Float64Array(count);
-          for (let i = 0; i < count; i++) offsets[i] = 0x200 + (round * count + i) * 0x100;
-          for (let i = 0; i < count; i++) {
+        // The second run is shorter and of other keys: a scratch left from
+        // the first would write the first run's hashes.
+        for (const [round, members] of [[0, count], [1, 100]] as const) {
+          if (round === 1) {
+            for (let slot = 0; slot < count; slot++) {
+              keyHashes[slot * stride] = javaHashCode(`T#invoice-${slot}`);
+              keyHashes[slot * stride + 1] = javaHashCode(`T#region-${slot % 5}`);
+            }
+          }
+          const offsets = new Float64Array(members);
+          for (let i = 0; i < members; i++) offsets[i] = 0x200 + (round * count + i) * 0x100;
+          for (let i = 0; i < members; i++) {
             const slot = slots[i]!;
             const hashes = keyHashes.subarray(slot * stride, slot * stride + 2);
             assert.equal(byMember.putKeyHashes(hashes, 2, offsets[i]!, timestamps[slot]!), true);
           }
           assert.equal(
-            byRun.putKeyHashesRun(count, slots, keyCounts, keyHashes, stride, offsets, timestamps),
-            count,
+            byRun.putKeyHashesRun(
+              members,
+              slots,
+              keyCounts,
+              keyHashes,
+              stride,
+              offsets,
+              timestamps,
+            ),
+            members,
           );
         }
         assert.equal(byRun.indexCount, byMember.indexCount);

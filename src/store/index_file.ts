@@ -52,6 +52,18 @@ import {
 /** Keys a run's scratch arrays hold at first (they grow to a run's keys). */
 const RUN_KEYS_INITIAL = 0x100;
 
+/**
+ * What `IndexFile.#touchSlots` worked out for the run being written, key
+ * by key in run order: each key's hash as stored (`indexKeyHashOf`) and
+ * its slot's position, so the writing loop neither hashes nor divides
+ * again. One pair of arrays for every index file: a run is written within
+ * one synchronous call, so no two runs ever use them at once.
+ */
+const runScratch = {
+  keyHashes: new Int32Array(RUN_KEYS_INITIAL),
+  slotPositions: new Int32Array(RUN_KEYS_INITIAL),
+};
+
 /** Options shared by {@link IndexFile.create} and {@link IndexFile.open}. */
 export interface IndexFileOptions {
   /** The runtime port. */
@@ -214,13 +226,6 @@ export class IndexFile {
   #view: DataView;
   /** What {@link #touchSlots} read (kept so that the reads are not dropped). */
   #touched = 0;
-  /**
-   * {@link #touchSlots}'s work for the run being written, key by key in
-   * run order: each key's hash as stored (`indexKeyHashOf`) and its slot's
-   * position, so the writing loop neither hashes nor divides again.
-   */
-  #runKeyHashes = new Int32Array(RUN_KEYS_INITIAL);
-  #runSlotPositions = new Int32Array(RUN_KEYS_INITIAL);
   #readOnly: boolean;
   /**
    * Where a file prepared ahead lies until {@link IndexFile.activate}
@@ -614,12 +619,12 @@ export class IndexFile {
       const keyCount = keyCounts[slots[d]!]!;
       if (keyCount > 0) runKeys += keyCount;
     }
-    if (runKeys > this.#runKeyHashes.length) {
-      this.#runKeyHashes = new Int32Array(runKeys * 2);
-      this.#runSlotPositions = new Int32Array(runKeys * 2);
+    if (runKeys > runScratch.keyHashes.length) {
+      runScratch.keyHashes = new Int32Array(runKeys * 2);
+      runScratch.slotPositions = new Int32Array(runKeys * 2);
     }
-    const runKeyHashes = this.#runKeyHashes;
-    const runSlotPositions = this.#runSlotPositions;
+    const runKeyHashes = runScratch.keyHashes;
+    const runSlotPositions = runScratch.slotPositions;
     let sum = 0;
     let key = 0;
     for (let d = 0; d < count; d++) {
@@ -662,9 +667,10 @@ export class IndexFile {
   /**
    * {@link #appendEntries} for keys `[from, from + count)` of the run
    * {@link #touchSlots} went through: their hashes and slot positions from
-   * there. The entry is written out here rather than by a call to
-   * {@link #writeEntry}'s body: that way the index run took (on V8) 44–45 ns a
-   * record of 2 keys, against 38–39 written out (in-process A/B).
+   * there. The entry's writes are inlined here, as in {@link #writeEntry},
+   * rather than calling a helper shared with it: with the call the index
+   * run took 44–45 ns a record of 2 keys on V8, inlined 38–39 (in-process
+   * A/B).
    */
   #appendTouched(
     from: number,
@@ -674,8 +680,8 @@ export class IndexFile {
     timeDiffSec: number,
   ): void {
     const view = this.#view;
-    const runKeyHashes = this.#runKeyHashes;
-    const runSlotPositions = this.#runSlotPositions;
+    const runKeyHashes = runScratch.keyHashes;
+    const runSlotPositions = runScratch.slotPositions;
     let indexCount = this.#indexCount;
     let entry = this.#entryPosition(indexCount);
     for (let key = from; key < from + count; key++) {
