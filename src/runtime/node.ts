@@ -89,9 +89,13 @@ interface KoffiRange {
  * work on the address and need no view.
  */
 class KoffiFileMapping implements NativeMapping {
+  /** Bytes mapped. */
   readonly length: number;
+  /** The address range; released once this object and its view are collected. */
   readonly handle: KoffiRange;
+  /** The view, once made. */
   #bytes: Uint8Array | undefined;
+  /** Makes the view and registers it as a holder of the range. */
   readonly #makeView: (range: KoffiRange) => Uint8Array;
 
   constructor(range: KoffiRange, makeView: (range: KoffiRange) => Uint8Array) {
@@ -100,6 +104,7 @@ class KoffiFileMapping implements NativeMapping {
     this.#makeView = makeView;
   }
 
+  /** The mapped bytes: the view, made at the first read. */
   get bytes(): Uint8Array {
     return this.#bytes ??= this.#makeView(this.handle);
   }
@@ -210,9 +215,9 @@ function bindLibc(): NativeLibc {
   const status = (result: unknown): number => result === 0 ? 0 : koffi.errno();
 
   /**
-   * Calls in flight on the libuv pool. Each entry holds its mapping, so the
-   * view (and with it the address range) cannot be collected and released
-   * while the kernel works on the range.
+   * Calls in flight on the libuv pool. Each entry holds its mapping object,
+   * which holds the address range until it and its view (if made) are both
+   * collected: the range cannot be released while the kernel works on it.
    */
   const inFlight = new Set<{ mapping: NativeMapping }>();
 
