@@ -32,7 +32,18 @@ function spawnCli(argv: string[]): CliRun {
     encoding: "utf8",
     timeout: 60_000,
   });
-  return { code: result.status ?? -1, stdout: result.stdout, stderr: result.stderr };
+  // A child that never exited (killed, not started, timed out) says why
+  // in stderr, which the assertions print.
+  const why = result.status === null
+    ? `\n[no exit status: signal ${result.signal ?? "none"}, error ${
+      result.error?.message ?? "none"
+    }]`
+    : "";
+  return {
+    code: result.status ?? -1,
+    stdout: result.stdout ?? "",
+    stderr: (result.stderr ?? "") + why,
+  };
 }
 
 /** A digest of every file under `directory` (names and bytes). */
