@@ -235,13 +235,7 @@ describe("MessageStore uniform runs", () => {
     // A slice of dispatchNow takes 64 records; a batch's uniform run is
     // taken whole (cut there, its first 64 units went in by stores into
     // the mapping and the rest by a positional write).
-    const original = ConsumeQueue.prototype.putUniformRunNow;
-    const runs: number[] = [];
-    ConsumeQueue.prototype.putUniformRunNow = function (this: ConsumeQueue, ...args) {
-      const put = original.apply(this, args);
-      if (put > 0) runs.push(put);
-      return put;
-    };
+    const { runs, restore } = spyUniformRuns();
     const { store } = await openMemoryStore({
       mappedFileSizeCommitLog: 0x10_0000,
       maxMessageSize: 0x4_0000,
@@ -265,20 +259,14 @@ describe("MessageStore uniform runs", () => {
         [...Array(10).keys()].map((i) => 3990 + i),
       );
     } finally {
-      ConsumeQueue.prototype.putUniformRunNow = original;
+      restore();
       await store.close();
     }
   });
 
   test("putMessages() of bare batches dispatched as uniform runs writes the files a decoding re-dispatch writes", async () => {
     // Counts the units written as uniform runs (the path under test).
-    const original = ConsumeQueue.prototype.putUniformRunNow;
-    let uniformUnits = 0;
-    ConsumeQueue.prototype.putUniformRunNow = function (this: ConsumeQueue, ...args) {
-      const put = original.apply(this, args);
-      uniformUnits += put;
-      return put;
-    };
+    const { runs, restore } = spyUniformRuns();
     const env = await openMemoryStore();
     const { store } = env;
     let reopened: MessageStore | undefined;
@@ -287,6 +275,7 @@ describe("MessageStore uniform runs", () => {
       await putBareMix(store, 5, 6_000);
       assert.ok(store.maxOffset > 4 * 0x1_0000, "segments rolled");
       await store.whenDispatched(store.maxOffset);
+      const uniformUnits = runs.reduce((a, b) => a + b, 0);
       assert.ok(uniformUnits > 0.5 * 6_000, `${uniformUnits} units from uniform runs`);
       const stats = store.stats();
       assert.ok(
@@ -296,20 +285,14 @@ describe("MessageStore uniform runs", () => {
       await store.close();
       reopened = await assertSameAsRedispatch(env, 6);
     } finally {
-      ConsumeQueue.prototype.putUniformRunNow = original;
+      restore();
       await store.close();
       await reopened?.close();
     }
   });
 
   test("a dispatch slice's uniform run stops at one positional write's units and crosses consume-queue file rolls", async () => {
-    const original = ConsumeQueue.prototype.putUniformRunNow;
-    const runs: number[] = [];
-    ConsumeQueue.prototype.putUniformRunNow = function (this: ConsumeQueue, ...args) {
-      const put = original.apply(this, args);
-      if (put > 0) runs.push(put);
-      return put;
-    };
+    const { runs, restore } = spyUniformRuns();
     // 10000-unit consume-queue files: the 6000-record batch fits in the
     // first, a run of 150 reaches its end.
     const env = await openMemoryStore({
@@ -341,12 +324,27 @@ describe("MessageStore uniform runs", () => {
       await store.close();
       reopened = await assertSameAsRedispatch(env, 2);
     } finally {
-      ConsumeQueue.prototype.putUniformRunNow = original;
+      restore();
       await store.close();
       await reopened?.close();
     }
   });
 });
+
+/**
+ * Records the units of every uniform run written into a consume queue
+ * (`ConsumeQueue.putUniformRunNow` calls that wrote some), until `restore`.
+ */
+function spyUniformRuns(): { runs: number[]; restore: () => void } {
+  const original = ConsumeQueue.prototype.putUniformRunNow;
+  const runs: number[] = [];
+  ConsumeQueue.prototype.putUniformRunNow = function (this: ConsumeQueue, ...args) {
+    const put = original.apply(this, args);
+    if (put > 0) runs.push(put);
+    return put;
+  };
+  return { runs, restore: () => (ConsumeQueue.prototype.putUniformRunNow = original) };
+}
 
 /**
  * Asserts that the consume-queue and index files `env`'s closed store

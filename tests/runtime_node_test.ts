@@ -124,14 +124,14 @@ test(
     }),
 );
 
-test("retire() releases the range once the view is collected (node-koffi)", {
-  skip: SKIP,
-}, () =>
-  withLibc((_libc, directory) => {
-    const path = `${directory}/file`;
-    // An unusual length, so no other mapping is likely to reuse the range.
-    const pages = 0x107;
-    const child = `
+/**
+ * The start of a child script (an ES module run with --expose-gc) that
+ * loads the Node adapter's libc as `libc`, makes `fd`, a file of
+ * `length` (`pages` pages) at `path`, and reads the process's mappings
+ * with `maps()` ({ start, end, perms, inode, name }).
+ */
+function mapsChildPreamble(path: string, pages: number): string {
+  return `
       import fs from "node:fs";
       const { loadLibc } = await import(${JSON.stringify(NODE_MODULE)});
       const path = ${JSON.stringify(path)};
@@ -144,7 +144,17 @@ test("retire() releases the range once the view is collected (node-koffi)", {
           const [range, perms, , , inode, name] = line.split(/\\s+/);
           const [start, end] = range.split("-").map((hex) => parseInt(hex, 16));
           return { start, end, perms, inode, name: name ?? "" };
-        });
+        });`;
+}
+
+test("retire() releases the range once the view is collected (node-koffi)", {
+  skip: SKIP,
+}, () =>
+  withLibc((_libc, directory) => {
+    const path = `${directory}/file`;
+    // An unusual length, so no other mapping is likely to reuse the range.
+    const pages = 0x107;
+    const child = `${mapsChildPreamble(path, pages)}
       const overlapping = (start) => maps().filter((m) => m.start < start + length && m.end > start);
       function mapAndRetire() {
         const mapping = libc.mmap({ fd, path }, 0, length, true);
@@ -220,20 +230,7 @@ test(
       const path = `${directory}/file`;
       // Unusual lengths, so no other mapping is likely to reuse the ranges.
       const pages = 0x10b;
-      const child = `
-      import fs from "node:fs";
-      const { loadLibc } = await import(${JSON.stringify(NODE_MODULE)});
-      const path = ${JSON.stringify(path)};
-      const libc = loadLibc();
-      const length = ${pages} * libc.pageSizeBytes;
-      const fd = fs.openSync(path, "w+");
-      fs.ftruncateSync(fd, length);
-      const maps = () => fs.readFileSync("/proc/self/maps", "utf8").split("\\n")
-        .filter((line) => line !== "").map((line) => {
-          const [range, , , , , name] = line.split(/\\s+/);
-          const [start, end] = range.split("-").map((hex) => parseInt(hex, 16));
-          return { start, end, name: name ?? "" };
-        });
+      const child = `${mapsChildPreamble(path, pages)}
       const mapped = (start) => maps().some((m) => m.start < start + length && m.end > start);
       const collect = async (rounds) => {
         for (let i = 0; i < rounds; i++) {
