@@ -54,6 +54,17 @@ async function put(index: IndexService, offset: number, timestamp: number, ...ke
   await index.buildIndex({ topic: "T", commitLogOffset: offset, storeTimestamp: timestamp, keys });
 }
 
+/** Asserts `a` and `b` count alike, then flushes and closes both and compares their bytes. */
+async function assertSameFiles(env: SegmentEnv, a: IndexFile, b: IndexFile): Promise<void> {
+  assert.equal(a.indexCount, b.indexCount);
+  assert.equal(a.hashSlotCount, b.hashSlotCount);
+  await a.flush();
+  await b.flush();
+  await a.close();
+  await b.close();
+  assert.deepEqual(await env.port.readFile(a.path), await env.port.readFile(b.path));
+}
+
 function offsetsOf(
   index: IndexService,
   key: string,
@@ -347,13 +358,7 @@ for (const { adapter, skip } of cases) {
         for (let entry = 1; entry < byMember.indexCount; entry++) {
           assert.deepEqual(byRun.entryAt(entry), byMember.entryAt(entry));
         }
-        await byRun.flush();
-        await byMember.flush();
-        const runPath = byRun.path;
-        const memberPath = byMember.path;
-        await byRun.close();
-        await byMember.close();
-        assert.deepEqual(await env.port.readFile(runPath), await env.port.readFile(memberPath));
+        await assertSameFiles(env, byRun, byMember);
       });
     });
 
@@ -410,15 +415,7 @@ for (const { adapter, skip } of cases) {
             members,
           );
         }
-        assert.equal(byRun.indexCount, byMember.indexCount);
-        assert.equal(byRun.hashSlotCount, byMember.hashSlotCount);
-        await byRun.flush();
-        await byMember.flush();
-        const runPath = byRun.path;
-        const memberPath = byMember.path;
-        await byRun.close();
-        await byMember.close();
-        assert.deepEqual(await env.port.readFile(runPath), await env.port.readFile(memberPath));
+        await assertSameFiles(env, byRun, byMember);
       });
     });
 
