@@ -174,7 +174,7 @@ interface PendingRecord {
  * alternated pairs: 3.9 → 1.6 µs of its user CPU per ack, 126–189 k →
  * 279–299 k acks/s). There the hint is taken as the put published it:
  * from the offset and size of the record it had just written (a put that
- * failed never committed it), in this process. A batch's run of records
+ * failed never committed it), by this very store. A batch's run of records
  * of one size is checked in every mode (see `#dispatchUniformRun`).
  */
 function checksHeaders(file: MappedFile): boolean {

@@ -669,8 +669,8 @@ export class IndexFile {
    * {@link #touchSlots} went through: their hashes and slot positions from
    * there. The entry's writes are inlined here, as in {@link #writeEntry},
    * rather than calling a helper shared with it: with the call the index
-   * run took 44–45 ns a record of 2 keys on V8, inlined 38–39 (in-process
-   * A/B).
+   * run took 44–45 ns a record of 2 keys on V8, inlined 38–39 (both versions
+   * in one run, alternated).
    */
   #appendTouched(
     from: number,
