@@ -689,6 +689,12 @@ export class MappedFile {
     return true;
   }
 
+  /** `wait`, or less: until the file starts to retire (a close must not wait for it). */
+  #untilRetiring(wait: Promise<void>): Promise<void> {
+    this.#retiring ??= new Promise<void>((resolve) => this.#resolveRetiring = resolve);
+    return Promise.race([wait, this.#retiring]);
+  }
+
   /**
    * Appends `source` in `mapping` mode with a positional write of the file
    * (`FileHandle.writeSync`) instead of stores through the mapping, which
@@ -1233,8 +1239,7 @@ export class MappedFile {
           wait = options.ahead(this.fileFromOffset + start)
         ) {
           // As for the pace below: a close must not wait for the writer.
-          this.#retiring ??= new Promise<void>((resolve) => this.#resolveRetiring = resolve);
-          await Promise.race([wait, this.#retiring]);
+          await this.#untilRetiring(wait);
           start = chunkStart(at);
         }
         if (!live() || start >= size) break;
@@ -1258,8 +1263,7 @@ export class MappedFile {
       for (let wait = options.pace?.(); wait !== undefined && live(); wait = options.pace?.()) {
         // A close must not wait for the pace (it may wait for a quiet gap
         // that a closing store never gives).
-        this.#retiring ??= new Promise<void>((resolve) => this.#resolveRetiring = resolve);
-        await Promise.race([wait, this.#retiring]);
+        await this.#untilRetiring(wait);
       }
       // Zeros only past the writer's page, so appended bytes are left to
       // flush() (bytes appended into the chunk while it is written back may
