@@ -915,7 +915,7 @@ export class Dispatcher {
     const view = new DataView(bytes.buffer, bytes.byteOffset + at, limit * size);
     let count = 0;
     // Bounded by limit: the hints are a cache, each record's header says.
-    // Checked here in every mode (a batch's run, a look a run): reading
+    // Checked here in every mode (one look at each header of the run): reading
     // the checksHeaders choice in this function made the JavaScriptCore
     // runtime's ASYNC batch1000 row 4× slower (p50 0.10 → 1.2 ms a batch),
     // though it was true there.
