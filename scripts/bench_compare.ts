@@ -17,9 +17,10 @@
  *   --dir DIR          where the stores are created (default: the OS temp dir)
  *   --raw FILE         also save the workers' raw reports as JSON
  *
- * Every repeat spawns one worker process per runtime
- * (`bench/compare/worker.ts`); the runtimes take turns, and the case order
- * is reversed every other repeat, so no store always runs first or last
+ * Every case runs in a worker process of its own (`bench/compare/worker.ts`),
+ * so nothing a case leaves in the runtime reaches the next (see
+ * {@link runCases}); the runtimes take turns, and the case order is
+ * reversed every other repeat, so no store always runs first or last
  * (memory left idle refills several times slower on this VM). Each
  * throughput case is timed after two untimed runs of its full size, each
  * on a fresh store (`THROUGHPUT_WARMUP_RUNS`), the same for every store;
@@ -61,10 +62,11 @@ import { BIN, exitOf, jsonLines, ROOT, runBench } from "./_bench_runner.ts";
 
 const WORKER = "bench/compare/worker.ts";
 /**
- * A worker still running by then is stuck (a full one takes 1.5–3 min
- * here): it is killed, and the cases it finished still count.
+ * A worker still running by then is stuck (one case, its warm-ups
+ * included, takes 1–10 s here): it is killed, and the case is reported
+ * failed.
  */
-const WORKER_TIMEOUT_MS = 12 * 60_000;
+const WORKER_TIMEOUT_MS = 3 * 60_000;
 
 interface Options {
   quick: boolean;
@@ -154,6 +156,43 @@ function runWorker(runtime: Runtime, config: WorkerConfig): WorkerReport | undef
   } finally {
     fs.rmSync(directory, { recursive: true, force: true });
   }
+}
+
+/**
+ * Runs `cases` on `runtime`, each in a fresh worker process, and puts the
+ * workers' reports together (`undefined` when no worker reported).
+ *
+ * One process per case, not one per runtime: a case's warm-ups and timed
+ * run share a process, but nothing a case leaves in the runtime reaches
+ * the next case, for any store. Measured on Node 20 (session 16), one
+ * worker running every case in turn gave mqstore's `putMessages` 128 B
+ * case 1.6–2.4 M records/s after the single-put case against 3.0–4.3 M in
+ * a process of its own. The earlier case had grown V8's young generation
+ * to its largest size; at that size V8 decides, from one collection in
+ * which most objects of an allocation site are still alive, to allocate
+ * that site's objects in the old generation from then on, and never
+ * reverts. A fresh store's first batch is alive across the collections
+ * its new memory mappings start, so the benchmark's own message objects
+ * went to the old generation, into pages the VM had to fault in afresh
+ * after every full collection (7,000 page faults a run instead of 400).
+ * Every store's case can inherit such state from the one before it (the
+ * other peers' batches allocate an object per record too), so each is
+ * measured from the same fresh start. The cost is a process start per
+ * case: 0.5–1.2 s here, a few minutes over a full comparison.
+ */
+function runCases(
+  runtime: Runtime,
+  cases: readonly CaseSpec[],
+  directory: string,
+): WorkerReport | undefined {
+  let report: WorkerReport | undefined;
+  for (const spec of cases) {
+    const one = runWorker(runtime, { cases: [spec], directory, warmup: true });
+    if (one === undefined) continue;
+    if (report === undefined) report = one;
+    else report.results.push(...one.results);
+  }
+  return report;
 }
 
 function shell(commandLine: string): string {
@@ -254,11 +293,7 @@ function main(): void {
     const repeatCases: CaseSpec[] = repeat % 2 === 0 ? cases : [...cases].reverse();
     for (const runtime of order) {
       console.error(`--- repeat ${repeat + 1}/${options.repeats}: ${runtime}`);
-      const report = runWorker(runtime, {
-        cases: repeatCases,
-        directory: options.directory,
-        warmup: true,
-      });
+      const report = runCases(runtime, repeatCases, options.directory);
       if (report === undefined) continue;
       raw.push(report);
       reports[runtime] ??= report;
@@ -324,7 +359,7 @@ function main(): void {
       sizing.throughputRecords[1024]!.toLocaleString("en")
     } of 1 KiB in batches of ${BATCH_RECORDS}. **sync**: a record is acknowledged only once it is on disk; 1 producer, or ${MANY_PRODUCERS} concurrent producers, put for ${sizing.durableMs} ms and every ack's latency is recorded.`,
     "- Limits are measured by the same worker: memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync (the 1-producer limit); a raw group commit of 64 producers, one write + fdatasync per batch, with 1 and with 2 flushes in flight (the 64-producer limit is the better of the two). The durable limits write into a file prepared as mqstore's SYNC_FLUSH segments are (allocated, pre-faulted, zeros written through), as `bench/commit_log_bench.ts` measures them too (`bench/_raw_group_commit.ts`).",
-    `- Every case runs on a fresh directory. Each throughput case is timed after ${THROUGHPUT_WARMUP_RUNS} untimed runs of its full size, each on a fresh store (the same for every store: before that, mqstore's JavaScript put path had not reached its steady speed); the other cases after a warm-up of a tenth of their size. Runtimes take turns and the case order is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.`,
+    `- Every case runs on a fresh directory, in a worker process of its own: nothing a case leaves in the runtime (heap sizes, the engine's allocation decisions) reaches the next. Each throughput case is timed after ${THROUGHPUT_WARMUP_RUNS} untimed runs of its full size, each on a fresh store (the same for every store: before that, mqstore's JavaScript put path had not reached its steady speed); the other cases after a warm-up of a tenth of their size. Runtimes take turns and the case order is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.`,
     "- SQLite's drivers are synchronous, so it has no 64-producer row (producers on one thread would only take turns). `mqstore-batch` sends each 1000 records as one `putMessages()` batch; `mqstore` issues 1000 `putMessage()` calls and awaits them together.",
     "- Other processes on this VM may have run meanwhile: read the spread before the medians.",
     "",

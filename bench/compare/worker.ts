@@ -4,7 +4,7 @@
  * result as soon as it is measured, so the cases finished before a worker
  * hung or died still count. Progress goes to stderr.
  *
- * Spawned by `scripts/bench_compare.ts` as
+ * Spawned by `scripts/bench_compare.ts`, once per case, as
  * `deno run -A bench/compare/worker.ts --config FILE`,
  * `bun bench/compare/worker.ts --config FILE`,
  * `node --import tsx bench/compare/worker.ts --config FILE`, where FILE
