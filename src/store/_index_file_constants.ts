@@ -90,6 +90,18 @@ export const PREPARED_INDEX_FILE_NAME_PATTERN = /^[0-9]{17}\.tmp$/;
  */
 export const PREPARED_TIMESTAMP = 0x1F_FFFF_FFFF_FFFF;
 
+/**
+ * Bytes of entries an index file pre-faults at a time ahead of its writer
+ * (`IndexFile`'s pre-fault): 4 MiB, 209,715 entries, about 40 ms of a
+ * writer putting 2.5 M records of two keys a second, against the 6–12 ms
+ * the pre-fault of a chunk took here.
+ */
+export const INDEX_POPULATE_CHUNK_BYTES = 0x40_0000;
+
+assert(
+  INDEX_POPULATE_CHUNK_BYTES % 0x1000 === 0,
+  "an index pre-fault chunk is a whole number of 4 KiB pages",
+);
 assert(
   HEADER_INDEX_COUNT_POSITION + 4 === INDEX_HEADER_SIZE_BYTES &&
     HEADER_HASH_SLOT_COUNT_POSITION + 4 === HEADER_INDEX_COUNT_POSITION &&

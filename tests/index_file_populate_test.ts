@@ -1,0 +1,209 @@
+/**
+ * The index file's pre-fault of its entries: a chunk of
+ * INDEX_POPULATE_CHUNK_BYTES past the writer, off the JavaScript thread,
+ * the next one once the writer comes into the one before (done or not);
+ * never the header or the slots; nothing without a mapping; nothing more
+ * after a failed chunk.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import {
+  HASH_SLOT_SIZE_BYTES,
+  INDEX_ENTRY_SIZE_BYTES,
+  INDEX_HEADER_SIZE_BYTES,
+  INDEX_POPULATE_CHUNK_BYTES,
+} from "../src/store/_index_file_constants.ts";
+import { IndexFile } from "../src/store/index_file.ts";
+import { javaHashCode } from "../src/record/mod.ts";
+import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
+import { adapterCases, settle, withSegmentEnv } from "./_segment_helpers.ts";
+
+const SLOTS = 64;
+/** Entries for two and a half chunks. */
+const ENTRIES = Math.ceil((5 * INDEX_POPULATE_CHUNK_BYTES) / 2 / INDEX_ENTRY_SIZE_BYTES);
+const ENTRIES_START = INDEX_HEADER_SIZE_BYTES + SLOTS * HASH_SLOT_SIZE_BYTES;
+const T0 = 1_795_954_493_497;
+
+/** A populate call on an index file's mapping. */
+interface Populated {
+  position: number;
+  length: number;
+  /** Settles when the call does (never rejects). */
+  done: Promise<void>;
+}
+
+/**
+ * `inner` with every mapping's `populate` recorded in `calls`, and
+ * answered by `answer` when given (else by the mapping).
+ */
+function recordingPort(
+  inner: RuntimePort,
+  calls: Populated[],
+  answer?: () => Promise<void>,
+): RuntimePort {
+  const wrapMapping = (mapping: Mapping): Mapping =>
+    new Proxy(mapping, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (typeof value !== "function") return value;
+        if (key === "populate") {
+          return (position: number, length: number) => {
+            const running: Promise<void> = answer?.() ?? value.apply(target, [position, length]);
+            calls.push({ position, length, done: running.then(() => {}, () => {}) });
+            return running;
+          };
+        }
+        return value.bind(target);
+      },
+    });
+  const wrapHandle = (handle: FileHandle): FileHandle =>
+    new Proxy(handle, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (typeof value !== "function") return value;
+        if (key === "map") {
+          return async (...args: unknown[]) => wrapMapping(await value.apply(target, args));
+        }
+        return value.bind(target);
+      },
+    });
+  return new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile" || key === "openFile") {
+        return async (...args: unknown[]) => wrapHandle(await value.apply(target, args));
+      }
+      return value.bind(target);
+    },
+  });
+}
+
+/** Two keys' hashes, the same for every message (the writer's position is what matters). */
+const HASHES = new Int32Array([javaHashCode("T#a"), javaHashCode("T#b")]);
+
+/** The calls' ranges. */
+function rangesOf(calls: readonly Populated[]): { position: number; length: number }[] {
+  return calls.map(({ position, length }) => ({ position, length }));
+}
+
+/** Waits for the last call to settle, and for what its settling starts. */
+async function lastDone(calls: readonly Populated[]): Promise<void> {
+  await calls.at(-1)?.done;
+  await settle();
+}
+
+/** One past the last entry written. */
+function entriesEnd(file: IndexFile): number {
+  return ENTRIES_START + file.indexCount * INDEX_ENTRY_SIZE_BYTES;
+}
+
+/** Puts messages of two keys until the entries end past `position`. */
+function writePast(file: IndexFile, position: number): void {
+  while (entriesEnd(file) <= position) {
+    assert.equal(file.putKeyHashes(HASHES, 2, file.indexCount * 0x100, T0), true);
+  }
+}
+
+/** The start of the page after the one holding byte `end`: where a chunk after `end` starts. */
+function pageAfter(end: number, pageBytes: number): number {
+  return end - end % pageBytes + pageBytes;
+}
+
+const cases = await adapterCases();
+
+for (const { adapter, skip } of cases) {
+  describe(`IndexFile pre-fault (${adapter})`, { skip }, () => {
+    test("IndexFile pre-faults its entries a chunk at a time ahead of the writer", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const calls: Populated[] = [];
+        const port = recordingPort(env.port, calls);
+        const file = await IndexFile.create({
+          port,
+          path: `${env.directory}/20261129121453504`,
+          hashSlotNum: SLOTS,
+          indexNum: ENTRIES,
+          sparse: true,
+        });
+        await settle();
+        assert.equal(calls.length, 0, "the header and the slots are not pre-faulted");
+        if (!env.port.canMap) {
+          // Without a mapping the file is a copy in memory: nothing to pre-fault.
+          writePast(file, ENTRIES_START + 3 * INDEX_POPULATE_CHUNK_BYTES / 2);
+          await settle();
+          assert.equal(calls.length, 0);
+          await file.close();
+          return;
+        }
+        const page = env.port.pageSizeBytes;
+        const size = file.fileSizeBytes;
+        assert.equal(file.putKeyHashes(HASHES, 2, 0x100, T0), true);
+        const first = pageAfter(entriesEnd(file), page);
+        assert.deepEqual(rangesOf(calls), [{
+          position: first,
+          length: INDEX_POPULATE_CHUNK_BYTES,
+        }]);
+        // Up to the chunk: nothing more.
+        writePast(file, first - 2 * INDEX_ENTRY_SIZE_BYTES);
+        assert.equal(calls.length, 1, "the lead is at most two chunks");
+        // The writer comes into the chunk, not yet done: the next is asked for.
+        writePast(file, first);
+        const second = first + INDEX_POPULATE_CHUNK_BYTES;
+        assert.deepEqual(rangesOf(calls)[1], {
+          position: second,
+          length: INDEX_POPULATE_CHUNK_BYTES,
+        });
+        await lastDone(calls);
+        // Done, and the writer not yet in it: nothing more until it is.
+        writePast(file, second - 2 * INDEX_ENTRY_SIZE_BYTES);
+        assert.equal(calls.length, 2, "the lead is at most two chunks");
+        writePast(file, second);
+        // The last chunk ends at the file's end.
+        assert.deepEqual(rangesOf(calls)[2], {
+          position: second + INDEX_POPULATE_CHUNK_BYTES,
+          length: size - second - INDEX_POPULATE_CHUNK_BYTES,
+        });
+        await lastDone(calls);
+        writePast(file, size - 4 * INDEX_ENTRY_SIZE_BYTES);
+        await settle();
+        assert.equal(calls.length, 3, "nothing past the file's end");
+        for (const call of calls) {
+          assert.ok(call.position >= ENTRIES_START && call.position % page === 0);
+          assert.ok(call.position + call.length <= size);
+        }
+        await file.close();
+      });
+    });
+
+    test("IndexFile asks for no more pre-fault after a failed chunk, and its entries still go in", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        if (!env.port.canMap) return;
+        const calls: Populated[] = [];
+        const port = recordingPort(
+          env.port,
+          calls,
+          () => Promise.reject(new Error("populate failed")),
+        );
+        const file = await IndexFile.create({
+          port,
+          path: `${env.directory}/20261129121453505`,
+          hashSlotNum: SLOTS,
+          indexNum: ENTRIES,
+          sparse: true,
+        });
+        assert.equal(file.putKeyHashes(HASHES, 2, 0x100, T0), true);
+        assert.equal(calls.length, 1);
+        await lastDone(calls);
+        writePast(file, ENTRIES_START + 3 * INDEX_POPULATE_CHUNK_BYTES / 2);
+        await settle();
+        assert.equal(calls.length, 1, "no chunk after the failed one");
+        const last = file.indexCount - 1;
+        assert.deepEqual(file.entryAt(last).phyOffset, last * 0x100 - 0x100);
+        await file.close();
+      });
+    });
+  });
+}
