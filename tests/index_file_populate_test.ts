@@ -16,6 +16,7 @@ import {
   INDEX_HEADER_SIZE_BYTES,
   INDEX_POPULATE_CHUNK_BYTES,
 } from "../src/store/_index_file_constants.ts";
+import { MqStoreError } from "../src/errors.ts";
 import { IndexFile } from "../src/store/index_file.ts";
 import { javaHashCode } from "../src/record/mod.ts";
 import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
@@ -108,16 +109,21 @@ function writePast(file: IndexFile, position: number): void {
   }
 }
 
-/** The start of the page after the one holding byte `end`: where a chunk after `end` starts. */
+/**
+ * Where a chunk asked for with the entries ending at `end` starts: the
+ * first page boundary past byte `end`, which the next entry starts at.
+ */
 function pageAfter(end: number, pageBytes: number): number {
-  return end - end % pageBytes + pageBytes;
+  let boundary = 0;
+  while (boundary <= end) boundary += pageBytes;
+  return boundary;
 }
 
 const cases = await adapterCases();
 
 for (const { adapter, skip } of cases) {
   describe(`IndexFile pre-fault (${adapter})`, { skip }, () => {
-    test("IndexFile pre-faults its entries a chunk at a time ahead of the writer", async () => {
+    test("IndexFile.putKeyHashes() pre-faults the entries a chunk at a time ahead of the writer", async () => {
       await withSegmentEnv(adapter, async (env) => {
         const calls: Populated[] = [];
         const port = recordingPort(env.port, calls);
@@ -148,7 +154,7 @@ for (const { adapter, skip } of cases) {
         }]);
         // Up to the chunk: nothing more.
         writePast(file, first - 2 * INDEX_ENTRY_SIZE_BYTES);
-        assert.equal(calls.length, 1, "the lead is at most two chunks");
+        assert.equal(calls.length, 1, "no chunk before the writer comes into the one asked for");
         // The writer comes into the chunk, not yet done: the next is asked for.
         writePast(file, first);
         const second = first + INDEX_POPULATE_CHUNK_BYTES;
@@ -157,9 +163,21 @@ for (const { adapter, skip } of cases) {
           length: INDEX_POPULATE_CHUNK_BYTES,
         });
         await lastDone(calls);
+        if (adapter !== "memory") {
+          // The chunk really is in the page cache, ahead of the writer.
+          const probe = await env.port.openFile(file.path, { readOnly: true });
+          try {
+            const state = probe.pageCacheState(second, INDEX_POPULATE_CHUNK_BYTES);
+            if (state !== undefined) {
+              assert.equal(state.cachedPages, INDEX_POPULATE_CHUNK_BYTES / page);
+            }
+          } finally {
+            await probe.close();
+          }
+        }
         // Done, and the writer not yet in it: nothing more until it is.
         writePast(file, second - 2 * INDEX_ENTRY_SIZE_BYTES);
-        assert.equal(calls.length, 2, "the lead is at most two chunks");
+        assert.equal(calls.length, 2, "no chunk before the writer comes into the one asked for");
         writePast(file, second);
         // The last chunk ends at the file's end.
         assert.deepEqual(rangesOf(calls)[2], {
@@ -178,14 +196,14 @@ for (const { adapter, skip } of cases) {
       });
     });
 
-    test("IndexFile asks for no more pre-fault after a failed chunk, and its entries still go in", async () => {
+    test("IndexFile.putKeyHashes() asks for no more pre-fault after a failed chunk, and its entries still go in", async () => {
       await withSegmentEnv(adapter, async (env) => {
         if (!env.port.canMap) return;
         const calls: Populated[] = [];
         const port = recordingPort(
           env.port,
           calls,
-          () => Promise.reject(new Error("populate failed")),
+          () => Promise.reject(new MqStoreError("IO_ERROR", "Pre-fault failed (a test)")),
         );
         const file = await IndexFile.create({
           port,
@@ -201,7 +219,7 @@ for (const { adapter, skip } of cases) {
         await settle();
         assert.equal(calls.length, 1, "no chunk after the failed one");
         const last = file.indexCount - 1;
-        assert.deepEqual(file.entryAt(last).phyOffset, last * 0x100 - 0x100);
+        assert.equal(file.entryAt(last).phyOffset, last * 0x100 - 0x100);
         await file.close();
       });
     });

@@ -244,7 +244,7 @@ export class IndexFile {
   #populatedTo = 0;
   /**
    * A changed range ending past this starts the next pre-fault chunk: the
-   * start of the chunk asked for last (the writer has come into it);
+   * start of the chunk asked for last, which the writer enters next;
    * +Infinity after a failed chunk, and where there is nothing to
    * pre-fault (no mapping, the file's end reached).
    */
@@ -1068,9 +1068,14 @@ export class IndexFile {
     this.#markDirty(0, INDEX_HEADER_SIZE_BYTES);
   }
 
-  /** A failed pre-fault chunk: no further one (see {@link #populateAhead}). */
-  readonly #populateFailedBound = (): void => {
+  /**
+   * A pre-fault chunk failed: no further one (see {@link #populateAhead});
+   * the writer takes its own faults. An error that is not the port's
+   * (`MqStoreError`) is a bug, thrown on.
+   */
+  readonly #onPopulateFailed = (error: unknown): void => {
     this.#populateMark = Number.POSITIVE_INFINITY;
+    if (!(error instanceof MqStoreError)) throw error;
   };
 
   #markDirty(start: number, end: number): void {
@@ -1085,30 +1090,41 @@ export class IndexFile {
    * (`MADV_POPULATE_WRITE`): the next chunk is asked for when the writer
    * comes into the one before, done or not. Not when it is done: a
    * completion reaches this thread only on a turn of the event loop, which
-   * a producer that never yields gives every 10 ms at best (measured in
-   * the keyed batch64 row: completions came 170–330 ms after the calls,
-   * and the writer overtook the chunks). The entries are written in order,
+   * a producer that never yields gives rarely (measured in the keyed
+   * batch64 row: completions came 170–330 ms after the calls, and the
+   * writer overtook the chunks). The entries are written in order,
    * and a fresh page of the file costs its first writer a fault that
    * zeroes the page cache's folio: on this VM about 2.6 ns a byte, 100 ns
    * of the JavaScript thread a record of two keys (a third of the index's
    * time in `bench/commit_log_bench.ts --filter "async batch64 128 B"`),
    * which the other core now does ahead of it.
    *
-   * The advice stays the mapping's default, under which the writer's own
-   * faults already read large folios in: the chunk's folios are the ones
-   * the writer would have made, made earlier (SPEC §2's 4 KiB folios
-   * matter for ranges flushed while written; the entries are written
-   * whole, one after the other). The pages pre-faulted are dirty zeros
-   * until written: at most two chunks past the writer.
+   * The advice stays the mapping's default, as it was before this
+   * pre-fault: the writer's own faults already read large folios in, so
+   * the chunk's folios are the ones the writer would have made, made
+   * earlier. SPEC §2 asks for `MADV_RANDOM` because a flush of a range that
+   * ends inside a large dirty folio writes the whole folio, and index
+   * files are flushed while written (with the consume queues): a flush can
+   * write up to a folio past the last entry, with or without this
+   * pre-fault.
    *
-   * A failed pre-fault (an old kernel without MADV_POPULATE_WRITE answers
-   * no error at all) only costs speed: the writer takes its own faults as
-   * before, and no further chunk is asked for.
+   * The pages pre-faulted are dirty zeros until written, at most two
+   * chunks past the writer. A writer slower than a chunk in the kernel's
+   * dirty expiry (4 MiB in 30 s by default: under about 3,500 messages of
+   * two keys a second) sees the kernel write those zeros before its
+   * entries: up to one more chunk written per chunk of entries.
+   *
+   * A failed pre-fault only costs speed: the writer takes its own faults
+   * as before, and no further chunk is asked for. A kernel without
+   * `MADV_POPULATE_WRITE` (before 5.14) is not a failure: the port answers
+   * it as done, and each chunk costs a call that does nothing.
    */
   #populateAhead(end: number): void {
-    const mapping = this.#mapping!;
+    const mapping = this.#mapping;
+    assert(mapping !== undefined, "only a mapped index file is pre-faulted");
     const page = this.#port.pageSizeBytes;
-    const from = Math.max(this.#populatedTo, end - end % page + page);
+    // The page holding byte `end` (the next entry's first) is the writer's.
+    const from = Math.max(this.#populatedTo, Math.ceil((end + 1) / page) * page);
     if (from >= this.fileSizeBytes) {
       this.#populateMark = Number.POSITIVE_INFINITY;
       return;
@@ -1116,7 +1132,8 @@ export class IndexFile {
     const to = Math.min(this.fileSizeBytes, from + INDEX_POPULATE_CHUNK_BYTES);
     this.#populatedTo = to;
     this.#populateMark = from;
-    mapping.populate(from, to - from).catch(this.#populateFailedBound);
+    assert(from % page === 0, "a pre-fault chunk starts on a page");
+    mapping.populate(from, to - from).catch(this.#onPopulateFailed);
   }
 
   #checkOpen(): void {
