@@ -186,11 +186,23 @@ function runCases(
   directory: string,
 ): WorkerReport | undefined {
   let report: WorkerReport | undefined;
+  // Cases whose worker died before its header: reported failed once a
+  // header (the runtime's versions) is known.
+  const lost: CaseSpec[] = [];
   for (const spec of cases) {
     const one = runWorker(runtime, { cases: [spec], directory, warmup: true });
-    if (one === undefined) continue;
-    if (report === undefined) report = one;
+    if (one === undefined) lost.push(spec);
+    else if (report === undefined) report = one;
     else report.results.push(...one.results);
+  }
+  for (const spec of lost) {
+    report?.results.push({
+      id: spec.id,
+      ratePerS: 0,
+      count: 0,
+      elapsedMs: 0,
+      skipped: "failed: the worker ended before it reported",
+    });
   }
   return report;
 }
