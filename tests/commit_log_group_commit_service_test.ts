@@ -79,8 +79,8 @@ interface Env {
   held: HeldFlush[];
   clock: ManualClock;
   errors: unknown[];
-  /** Appends 100 bytes and asks for their flush. */
-  put(): { end: number; answer: Promise<PutMessageResult> };
+  /** Appends `bytes` (100 when not given) and asks for their flush. */
+  put(bytes?: number): { end: number; answer: Promise<PutMessageResult> };
   /** Makes the load two producers: each flush then takes one put. */
   twoProducers(): Promise<void>;
 }
@@ -112,8 +112,8 @@ async function open(
   });
   const file = await queue.getOrCreateLastMappedFile(0);
   holding.on = true;
-  const put = () => {
-    file.appendBytes(body(100));
+  const put = (bytes = 100) => {
+    file.appendBytes(body(bytes));
     const end = queue.maxWrotePosition;
     return { end, answer: groupCommit.request(end, { status: "PUT_OK" }, clock.nowMs()) };
   };
@@ -202,6 +202,40 @@ describe("GroupCommitService, two flushes in flight", () => {
       await env.queue.close();
     });
   }
+
+  test("GroupCommitService answers group after group of other sizes, each only once durable", async () => {
+    // The waiter arrays keep their room from one group to the next (and
+    // give it back after a burst): entries left from a larger group are
+    // never answered again, nor counted as waiting.
+    const env = await open();
+    await env.twoProducers();
+    const answered: number[] = [];
+    for (const size of [6, 2, 1, 4_200, 3, 1]) {
+      // 8-byte puts: the burst fits the 64 KiB segment.
+      const puts = Array.from({ length: size }, () => env.put(8));
+      assert.equal(env.groupCommit.waitingCount, size);
+      let settledCount = 0;
+      for (const put of puts) {
+        put.answer.then((result) => {
+          assert.equal(result.status, "PUT_OK");
+          assert.ok(env.queue.flushedWhere >= put.end, "answered once durable");
+          settledCount++;
+        });
+      }
+      await turns();
+      assert.equal(settledCount, 0, "nothing answered before a flush");
+      while (settledCount < size) {
+        for (const flush of env.held.splice(0)) flush.release();
+        await turns();
+      }
+      assert.equal(env.groupCommit.waitingCount, 0);
+      answered.push(settledCount);
+    }
+    assert.deepEqual(answered, [6, 2, 1, 4_200, 3, 1]);
+    assert.deepEqual(env.errors, []);
+    await env.groupCommit.close();
+    await env.queue.close();
+  });
 
   test("GroupCommitService runs one flush at a time while the load is under splitMinBytes", async () => {
     // With splitMinBytes 0 the same puts run two flushes (tests above).

@@ -112,6 +112,12 @@ import { SplitTuner } from "./_split_tuner.ts";
  * `#deferTurn`): an answer reaches an `await store.putMessage()` in two.
  */
 const TURN_DEFER_HOPS = 0x8;
+/**
+ * Waiter entries whose room is kept once every waiter is answered (see
+ * GroupCommitService's #count): more than this many at once (a burst) give
+ * theirs back.
+ */
+const WAITERS_ROOM_KEPT = 0x1000;
 
 /** Options of {@link GroupCommitService}. */
 export interface GroupCommitServiceOptions {
@@ -181,14 +187,21 @@ const settled = Promise.resolve();
  */
 export class GroupCommitService {
   #options: GroupCommitServiceOptions;
-  /** End offset each waiter needs durable, ascending. */
+  /** End offset each waiter needs durable, ascending (the first {@link #count}). */
   #ends: number[] = [];
   /** Answers each waiter; undefined once answered. */
   #resolvers: (Resolve | undefined)[] = [];
-  /** The result each waiter gets. */
-  #results: PutMessageResult[] = [];
+  /** The result each waiter gets; undefined once answered. */
+  #results: (PutMessageResult | undefined)[] = [];
   /** When each waiter's put started, ms (latency and timeout). */
   #startsMs: number[] = [];
+  /**
+   * Waiters in the four arrays above: their entries from {@link #count} on
+   * are left over from earlier groups. The arrays keep their room when a
+   * group is answered (see {@link #compact}): emptied, each grew again
+   * from nothing, five reallocations and copies per array for 256 waiters.
+   */
+  #count = 0;
   /** Index of the first waiter not answered. */
   #head = 0;
   /** Index of the first waiter no begun flush covers (below #head: none). */
@@ -311,7 +324,7 @@ export class GroupCommitService {
 
   /** Puts waiting for a flush. */
   get waitingCount(): number {
-    return this.#ends.length - this.#head;
+    return this.#count - this.#head;
   }
 
   /** Flushes begun and not settled yet. */
@@ -341,11 +354,13 @@ export class GroupCommitService {
     // One executor for every put (it only hands the resolver over): no
     // closure per put.
     const answer = new Promise<PutMessageResult>(this.#takeResolveBound);
-    this.#ends.push(endOffset);
-    this.#resolvers.push(this.#taken);
+    const count = this.#count;
+    this.#ends[count] = endOffset;
+    this.#resolvers[count] = this.#taken;
     this.#taken = undefined;
-    this.#results.push(result);
-    this.#startsMs.push(startMs);
+    this.#results[count] = result;
+    this.#startsMs[count] = startMs;
+    this.#count = count + 1;
     // One timer for all waiters, armed by the first and left armed when
     // they are answered: it looks at whoever waits when it fires. Arming
     // and clearing one per put cost about a fifth of a lone SYNC put's
@@ -381,7 +396,7 @@ export class GroupCommitService {
   get isQuiet(): boolean {
     return this.#closed || this.#failure !== undefined ||
       (this.#flushesInFlight === 0 && !this.#scheduled && this.#deferHops === 0 &&
-        this.#head === this.#ends.length);
+        this.#head === this.#count);
   }
 
   #wakeQuiet(): void {
@@ -455,7 +470,7 @@ export class GroupCommitService {
 
   /** Waiters no begun flush covers. */
   #uncoveredCount(): number {
-    return this.#ends.length - Math.max(this.#uncovered, this.#head);
+    return this.#count - Math.max(this.#uncovered, this.#head);
   }
 
   /** A look on a turn, or in a chain of lone flushes. */
@@ -471,14 +486,14 @@ export class GroupCommitService {
    */
   #maybeFlush(onTurn: boolean): void {
     if (this.#failure !== undefined || this.#closed) return;
-    const uncovered = this.#ends.length - Math.max(this.#uncovered, this.#head);
+    const uncovered = this.#count - Math.max(this.#uncovered, this.#head);
     if (uncovered === 0 && !this.#wanted) return;
     // A settling flush looks again.
     const flushesMax = this.#flushesMax;
     if (this.#flushesInFlight >= flushesMax) return;
     if (
       this.#concurrency <= 1 && this.#flushesInFlight === 0 && uncovered === 1 &&
-      this.#ends.length - this.#head === 1
+      this.#count - this.#head === 1
     ) {
       // A lone producer: flushed on the thread, on the next turn (a burst
       // of producers puts in this one), or in a microtask when it came
@@ -514,7 +529,7 @@ export class GroupCommitService {
       return;
     }
     // Every waiter so far ends at or before what the flushes begun cover.
-    this.#uncovered = this.#ends.length;
+    this.#uncovered = this.#count;
     if (flushed === undefined) return;
     this.#flushesInFlight++;
     this.#lastFlush = this.#settle(flushed, clock.nowMs());
@@ -546,7 +561,7 @@ export class GroupCommitService {
       this.#onFailure(error);
       return true;
     }
-    this.#uncovered = this.#ends.length;
+    this.#uncovered = this.#count;
     const endMs = clock.nowMs();
     this.#recordFlush(endMs - startMs);
     this.#answerUpTo(queue.flushedWhere, endMs);
@@ -597,8 +612,9 @@ export class GroupCommitService {
       ? Math.max(flushedAtBegin, this.#settledWhere)
       : flushedAtBegin;
     this.#settledWhere = flushedWhere;
-    const ends = this.#ends;
-    const loadBytes = Math.max(flushedWhere, ends[ends.length - 1] ?? 0) - flushedBefore;
+    const count = this.#count;
+    const loadBytes = Math.max(flushedWhere, count === 0 ? 0 : this.#ends[count - 1]!) -
+      flushedBefore;
     const clock = this.#options.clock;
     const split = this.#tuner === undefined ? loadBytes >= this.#splitMinBytes : this.#tuner.decide(
       loadBytes,
@@ -635,7 +651,7 @@ export class GroupCommitService {
     const timestamp = queue.storeTimestampMs;
     if (timestamp > 0) checkpoint.physicMsgTimestamp = timestamp;
     checkpoint.commitLogOffset = queue.flushedWhere;
-    this.#concurrency = this.#ends.length - this.#head;
+    this.#concurrency = this.#count - this.#head;
   }
 
   /** Refuses from now on: answers every waiter and reports the error (once). */
@@ -671,14 +687,19 @@ export class GroupCommitService {
   #answerUpTo(flushedWhere: number, nowMs = this.#options.clock.nowMs()): void {
     const stats = this.#options.stats;
     const ends = this.#ends;
+    const resolvers = this.#resolvers;
+    const results = this.#results;
+    const count = this.#count;
     let head = this.#head;
     const first = head;
     this.#lastBusyMs = nowMs;
-    while (head < ends.length && ends[head]! <= flushedWhere) {
-      const resolve = this.#resolvers[head];
+    while (head < count && ends[head]! <= flushedWhere) {
+      const resolve = resolvers[head];
       if (resolve !== undefined) {
         stats.recordPutLatency(nowMs - this.#startsMs[head]!);
-        resolve(this.#results[head]!);
+        resolve(results[head]!);
+        resolvers[head] = undefined;
+        results[head] = undefined;
       }
       head++;
     }
@@ -698,14 +719,16 @@ export class GroupCommitService {
   }
 
   #failAll(cause: unknown): void {
-    for (let i = this.#head; i < this.#ends.length; i++) {
+    for (let i = this.#head; i < this.#count; i++) {
       const resolve = this.#resolvers[i];
       if (resolve === undefined) continue;
       const result = this.#results[i]!;
+      this.#resolvers[i] = undefined;
+      this.#results[i] = undefined;
       this.#fail(result, cause);
       resolve(result);
     }
-    this.#head = this.#ends.length;
+    this.#head = this.#count;
     this.#compact();
   }
 
@@ -715,11 +738,13 @@ export class GroupCommitService {
     const nowMs = clock.nowMs();
     const ends = this.#ends;
     const first = this.#head;
-    while (this.#head < ends.length && this.#startsMs[this.#head]! + syncFlushTimeoutMs <= nowMs) {
+    while (this.#head < this.#count && this.#startsMs[this.#head]! + syncFlushTimeoutMs <= nowMs) {
       const i = this.#head++;
       const resolve = this.#resolvers[i];
       if (resolve === undefined) continue;
       const result = this.#results[i]!;
+      this.#resolvers[i] = undefined;
+      this.#results[i] = undefined;
       result.status = "FLUSH_DISK_TIMEOUT";
       result.error = new MqStoreError(
         "FLUSH_DISK_TIMEOUT",
@@ -735,7 +760,7 @@ export class GroupCommitService {
     // more: a flush still makes them durable (and so dispatched).
     if (this.#head > first) this.wakeup();
     this.#compact();
-    if (this.#head < ends.length) {
+    if (this.#head < this.#count) {
       const delayMs = Math.max(0, this.#startsMs[this.#head]! + syncFlushTimeoutMs - nowMs);
       this.#cancelTimer = clock.setTimer(delayMs, this.#onTimerBound);
     }
@@ -745,15 +770,18 @@ export class GroupCommitService {
   #compact(): void {
     const head = this.#head;
     if (head === 0) return;
-    if (head === this.#ends.length) {
-      this.#ends.length = 0;
-      this.#resolvers.length = 0;
-      this.#results.length = 0;
-      this.#startsMs.length = 0;
+    if (head === this.#count) {
+      // Answered entries hold no resolver or result (nothing kept alive):
+      // the next group writes over them. Past WAITERS_ROOM_KEPT the room
+      // is given back.
+      if (this.#ends.length > WAITERS_ROOM_KEPT) this.#truncate(0);
+      this.#count = 0;
       this.#head = 0;
       this.#uncovered = 0;
       // The timeout timer stays armed (see #onTimer).
-    } else if (head >= 0x400 && head * 2 >= this.#ends.length) {
+    } else if (head >= 0x400 && head * 2 >= this.#count) {
+      this.#truncate(this.#count);
+      this.#count -= head;
       this.#ends.splice(0, head);
       this.#resolvers.splice(0, head);
       this.#results.splice(0, head);
@@ -761,5 +789,13 @@ export class GroupCommitService {
       this.#head = 0;
       this.#uncovered = Math.max(0, this.#uncovered - head);
     }
+  }
+
+  /** Cuts the four waiter arrays to `length` entries. */
+  #truncate(length: number): void {
+    this.#ends.length = length;
+    this.#resolvers.length = length;
+    this.#results.length = length;
+    this.#startsMs.length = length;
   }
 }
