@@ -19,8 +19,8 @@ import {
 import { MqStoreError } from "../src/errors.ts";
 import { IndexFile } from "../src/store/index_file.ts";
 import { javaHashCode } from "../src/record/mod.ts";
-import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
-import { adapterCases, settle, withSegmentEnv } from "./_segment_helpers.ts";
+import type { RuntimePort } from "../src/runtime/port.ts";
+import { adapterCases, hookedMappingsPort, settle, withSegmentEnv } from "./_segment_helpers.ts";
 
 const SLOTS = 64;
 /** Entries for two and a half chunks. */
@@ -45,42 +45,18 @@ function recordingPort(
   calls: Populated[],
   answer?: () => Promise<void>,
 ): RuntimePort {
-  const wrapMapping = (mapping: Mapping): Mapping =>
-    new Proxy(mapping, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (typeof value !== "function") return value;
-        if (key === "populate") {
-          return (position: number, length: number) => {
-            const running: Promise<void> = answer?.() ?? value.apply(target, [position, length]);
-            calls.push({ position, length, done: running.then(() => {}, () => {}) });
-            return running;
-          };
-        }
-        return value.bind(target);
-      },
-    });
-  const wrapHandle = (handle: FileHandle): FileHandle =>
-    new Proxy(handle, {
-      get(target, key) {
-        const value = Reflect.get(target, key);
-        if (typeof value !== "function") return value;
-        if (key === "map") {
-          return async (...args: unknown[]) => wrapMapping(await value.apply(target, args));
-        }
-        return value.bind(target);
-      },
-    });
-  return new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (typeof value !== "function") return value;
-      if (key === "createFile" || key === "openFile") {
-        return async (...args: unknown[]) => wrapHandle(await value.apply(target, args));
-      }
-      return value.bind(target);
+  return hookedMappingsPort(inner, {
+    populate(position, length, run) {
+      const running = answer?.() ?? run();
+      calls.push({ position, length, done: running.then(() => {}, () => {}) });
+      return running;
     },
   });
+}
+
+/** A fresh index file of {@link SLOTS} slots and {@link ENTRIES} entries at `path`. */
+function createIndexFile(port: RuntimePort, path: string): Promise<IndexFile> {
+  return IndexFile.create({ port, path, hashSlotNum: SLOTS, indexNum: ENTRIES, sparse: true });
 }
 
 /** Two keys' hashes, the same for every message (the writer's position is what matters). */
@@ -127,13 +103,7 @@ for (const { adapter, skip } of cases) {
       await withSegmentEnv(adapter, async (env) => {
         const calls: Populated[] = [];
         const port = recordingPort(env.port, calls);
-        const file = await IndexFile.create({
-          port,
-          path: `${env.directory}/20261129121453504`,
-          hashSlotNum: SLOTS,
-          indexNum: ENTRIES,
-          sparse: true,
-        });
+        const file = await createIndexFile(port, `${env.directory}/20261129121453504`);
         await settle();
         assert.equal(calls.length, 0, "the header and the slots are not pre-faulted");
         if (!env.port.canMap) {
@@ -205,13 +175,7 @@ for (const { adapter, skip } of cases) {
           calls,
           () => Promise.reject(new MqStoreError("IO_ERROR", "Pre-fault failed (a test)")),
         );
-        const file = await IndexFile.create({
-          port,
-          path: `${env.directory}/20261129121453505`,
-          hashSlotNum: SLOTS,
-          indexNum: ENTRIES,
-          sparse: true,
-        });
+        const file = await createIndexFile(port, `${env.directory}/20261129121453505`);
         assert.equal(file.putKeyHashes(HASHES, 2, 0x100, T0), true);
         assert.equal(calls.length, 1);
         await lastDone(calls);
