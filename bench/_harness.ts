@@ -244,6 +244,23 @@ export function scenarioFlags(argv: readonly string[] = process.argv.slice(2)): 
 }
 
 /**
+ * Whether `--filter` text selects the scenario `name`: the text is one or
+ * more alternatives separated by `|`; an alternative selects the names that
+ * contain it, or, written `^text`, the names that start with it.
+ *
+ * @example
+ * ```ts
+ * filterMatches("sync 1 KiB 256p", "^async|256p"); // true
+ * filterMatches("async 1 KiB 1p", "^sync"); // false
+ * ```
+ */
+export function filterMatches(name: string, filter: string): boolean {
+  return filter.split("|").some((alternative) =>
+    alternative.startsWith("^") ? name.startsWith(alternative.slice(1)) : name.includes(alternative)
+  );
+}
+
+/**
  * The command line, strictly: a misspelt flag ends the bench at once
  * rather than running every scenario without it. A switch given maps to "".
  *

@@ -50,7 +50,7 @@ import type { MessageStoreOptions } from "../src/store/options.ts";
 import { sequentialWriteLimit } from "./compare/limits.ts";
 import { deviceStatFile } from "./_device.ts";
 import { rawGroupCommit } from "./_raw_group_commit.ts";
-import { collectGarbage, scenarioFlags } from "./_harness.ts";
+import { collectGarbage, filterMatches, scenarioFlags } from "./_harness.ts";
 
 interface Row {
   scenario: string;
@@ -101,7 +101,7 @@ if ((globalThis as { Bun?: unknown }).Bun !== undefined) {
   jscHeapStats = ((await import(specifier)) as { heapStats(): JscHeapStats }).heapStats;
 }
 
-/** `filter` runs the scenarios whose name contains it, or starts with it after a `^`. */
+/** `filter` runs the scenarios it names (`filterMatches`: `|` between alternatives, `^` for a prefix). */
 const { json, filter, scale } = scenarioFlags();
 
 const QUEUES = 4;
@@ -835,13 +835,19 @@ if (fs.existsSync(TMPFS_DIRECTORY)) {
 }
 const OPT_IN_PREFIXES = ["heap ", "sustained ", "ceiling "];
 
+if (filter !== "" && !scenarios.some(([name]) => filterMatches(name, filter))) {
+  // A filter that selects nothing would otherwise print an empty table.
+  throw new RangeError(
+    `--filter ${JSON.stringify(filter)} selects no scenario; the scenarios are:\n` +
+      scenarios.map(([name]) => `  ${name}`).join("\n"),
+  );
+}
+
 const rows: Row[] = [];
 for (const [name, run] of scenarios) {
   const selected = filter === ""
     ? !OPT_IN_PREFIXES.some((prefix) => name.startsWith(prefix))
-    : filter.startsWith("^")
-    ? name.startsWith(filter.slice(1))
-    : name.includes(filter);
+    : filterMatches(name, filter);
   if (!selected) continue;
   const row = await run();
   if (row.scenario.startsWith("sync ")) {
