@@ -16,8 +16,8 @@
  * ```
  *
  * Standalone flags: `--json` (one JSON object per case), `--filter <text>`
- * (cases whose group or name contains it), `--time-ms <n>` (time per sample,
- * default 100).
+ * (the cases whose group and name it selects: {@link filterMatches}),
+ * `--time-ms <n>` (time per sample, default 100).
  *
  * @module
  */
@@ -166,7 +166,7 @@ export function runStandalone(isMain: boolean | undefined): BenchResult[] {
   let group: string | undefined;
   for (const benchCase of registered) {
     const groupName = benchCase.group ?? "";
-    if (filter !== "" && !`${groupName} ${benchCase.name}`.includes(filter)) continue;
+    if (filter !== "" && !filterMatches(`${groupName} ${benchCase.name}`, filter)) continue;
     const { medianNs: ns, bestNs } = measure(benchCase.fn, sampleMs);
     const records = benchCase.recordsPerIteration ?? 1;
     const result: BenchResult = {

@@ -45,7 +45,7 @@ import { performance } from "node:perf_hooks";
 import { setImmediate } from "node:timers";
 import { fileURLToPath } from "node:url";
 import { createPort, runtimeName } from "../src/runtime/mod.ts";
-import { benchRuntime, collectGarbage, scenarioFlags } from "./_harness.ts";
+import { benchRuntime, collectGarbage, filterMatches, scenarioFlags } from "./_harness.ts";
 import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
 import type { MessageInput } from "../src/record/mod.ts";
 import { MessageStore } from "../src/store/message_store.ts";
@@ -411,7 +411,7 @@ function report(scenario: string, name: string, figures: Record<string, number>)
 
 function selected(scenario: string, name = ""): boolean {
   if (filter === "") return scenario !== "heap";
-  return `${scenario} ${name}`.includes(filter);
+  return filterMatches(`${scenario} ${name}`, filter);
 }
 
 /** CPU time (user + system) since `since`, ms. */
