@@ -3,12 +3,14 @@
  * INDEX_POPULATE_CHUNK_BYTES past the writer, off the JavaScript thread,
  * the next one once the writer comes into the one before (done or not);
  * never the header or the slots; nothing without a mapping; nothing more
- * after a failed chunk.
+ * after a failed chunk. The advice of its two regions: the header and the
+ * slots `MADV_RANDOM`, the entries `MADV_HUGEPAGE`.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
+import fs from "node:fs";
 import { describe, test } from "node:test";
 import {
   HASH_SLOT_SIZE_BYTES,
@@ -19,8 +21,14 @@ import {
 import { MqStoreError } from "../src/errors.ts";
 import { IndexFile } from "../src/store/index_file.ts";
 import { javaHashCode } from "../src/record/mod.ts";
-import type { RuntimePort } from "../src/runtime/port.ts";
-import { adapterCases, hookedMappingsPort, settle, withSegmentEnv } from "./_segment_helpers.ts";
+import type { Advice, RuntimePort } from "../src/runtime/port.ts";
+import {
+  adapterCases,
+  hookedMappingsPort,
+  mappingsPort,
+  settle,
+  withSegmentEnv,
+} from "./_segment_helpers.ts";
 
 const SLOTS = 64;
 /** Entries for two and a half chunks. */
@@ -76,6 +84,50 @@ async function lastDone(calls: readonly Populated[]): Promise<void> {
 /** One past the last entry written. */
 function entriesEnd(file: IndexFile): number {
   return ENTRIES_START + file.indexCount * INDEX_ENTRY_SIZE_BYTES;
+}
+
+/** An `advise` call on a mapping. */
+interface Advised {
+  position: number;
+  length: number;
+  advice: Advice;
+}
+
+/** `inner` with every mapping's `advise` recorded in `calls` (and made). */
+function advisingPort(inner: RuntimePort, calls: Advised[]): RuntimePort {
+  return mappingsPort(inner, (mapping) =>
+    new Proxy(mapping, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key === "advise") {
+          return (position: number, length: number, advice: Advice) => {
+            calls.push({ position, length, advice });
+            return value.call(target, position, length, advice);
+          };
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    }));
+}
+
+/**
+ * The `VmFlags` of each of this runtime's mappings of `path` (Linux's
+ * `/proc/self/smaps`), in address order; undefined where there is none.
+ */
+function vmFlagsOf(path: string): string[][] | undefined {
+  let smaps: string;
+  try {
+    smaps = fs.readFileSync("/proc/self/smaps", "utf8");
+  } catch {
+    return undefined;
+  }
+  const flags: string[][] = [];
+  let mine = false;
+  for (const line of smaps.split("\n")) {
+    if (/^[0-9a-f]+-[0-9a-f]+ /.test(line)) mine = line.endsWith(` ${path}`);
+    else if (mine && line.startsWith("VmFlags:")) flags.push(line.split(/\s+/).slice(1));
+  }
+  return flags.length > 0 ? flags : undefined;
 }
 
 /** Puts messages of two keys until the entries end past `position`. */
@@ -163,6 +215,53 @@ for (const { adapter, skip } of cases) {
           assert.ok(call.position + call.length <= size);
         }
         await file.close();
+      });
+    });
+
+    test("IndexFile.create() advises the header and the slots MADV_RANDOM, the entries MADV_HUGEPAGE", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const calls: Advised[] = [];
+        const port = advisingPort(env.port, calls);
+        // Slots over several pages: the entries start inside the fifth.
+        const slots = 0x1000;
+        const path = `${env.directory}/20261129121453506`;
+        const file = await IndexFile.create({ port, path, hashSlotNum: slots, indexNum: 0x100 });
+        if (!env.port.canMap) {
+          assert.deepEqual(calls, [], "a copy in memory takes no advice");
+          await file.close();
+          return;
+        }
+        const page = env.port.pageSizeBytes;
+        const entriesStart = INDEX_HEADER_SIZE_BYTES + slots * HASH_SLOT_SIZE_BYTES;
+        const entriesPage = entriesStart - entriesStart % page;
+        assert.ok(entriesPage > 0);
+        assert.deepEqual(calls, [
+          { position: 0, length: entriesPage, advice: "random" },
+          { position: entriesPage, length: file.fileSizeBytes - entriesPage, advice: "hugepage" },
+        ]);
+        if (adapter !== "memory") {
+          // The kernel holds it: two mappings of the file, random then hugepage.
+          const flags = vmFlagsOf(path);
+          if (flags !== undefined) {
+            assert.equal(flags.length, 2);
+            assert.ok(flags[0]!.includes("rr") && !flags[0]!.includes("hg"), flags[0]!.join(" "));
+            assert.ok(flags[1]!.includes("hg") && !flags[1]!.includes("rr"), flags[1]!.join(" "));
+          }
+        }
+        assert.equal(file.putKeyHashes(HASHES, 2, 0x100, T0), true);
+        await file.close();
+        // A read-only open writes nothing: no advice.
+        calls.length = 0;
+        const reader = await IndexFile.open({
+          port,
+          path,
+          hashSlotNum: slots,
+          indexNum: 0x100,
+          readOnly: true,
+        });
+        assert.deepEqual(calls, []);
+        assert.equal(reader.indexCount, 3);
+        await reader.close();
       });
     });
 
