@@ -7,7 +7,13 @@
 
 import { MqStoreError } from "../src/errors.ts";
 import { availableAdapters, createPort, MemoryPort } from "../src/runtime/mod.ts";
-import type { AdapterName, FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type {
+  AdapterName,
+  FileHandle,
+  Mapping,
+  PopulateOptions,
+  RuntimePort,
+} from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { makeTempDirectory, removeDirectory } from "./_helpers.ts";
 
@@ -180,10 +186,15 @@ export function spyPort(
 
 /**
  * Around-hooks for a mapping's pre-faults and syncs: each gets the call's
- * range and `run`, the real call.
+ * range and `run`, the real call (a pre-fault also its options).
  */
 export interface MappingHooks {
-  populate?(position: number, length: number, run: () => Promise<void>): Promise<void>;
+  populate?(
+    position: number,
+    length: number,
+    run: () => Promise<void>,
+    options?: PopulateOptions,
+  ): Promise<void>;
   sync?(position: number, length: number, run: () => Promise<void>): Promise<void>;
 }
 
@@ -202,8 +213,8 @@ export function hookedMappingsPort(
         const value = Reflect.get(target, key);
         const hook = key === "populate" ? hooks.populate : key === "sync" ? hooks.sync : undefined;
         if (hook !== undefined) {
-          return (position: number, length: number) =>
-            hook(position, length, () => value.call(target, position, length));
+          return (position: number, length: number, options?: PopulateOptions) =>
+            hook(position, length, () => value.call(target, position, length, options), options);
         }
         return typeof value === "function" ? value.bind(target) : value;
       },

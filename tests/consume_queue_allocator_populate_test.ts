@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { MemoryPort } from "../src/runtime/mod.ts";
-import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type { FileHandle, Mapping, PopulateOptions, RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { ConsumeQueueAllocator } from "../src/store/_consume_queue_allocator.ts";
 import { ConsumeQueue } from "../src/store/consume_queue.ts";
@@ -29,16 +29,21 @@ function baseName(path: string): string {
   return path.slice(path.lastIndexOf("/") + 1);
 }
 
-/** `port`, logging every file's synchronous creation, every mapping made and every pre-fault. */
+/**
+ * `port`, logging every file's synchronous creation, every mapping made and
+ * every pre-fault (`populate <file>`, and `(no read)` after a pre-fault not
+ * read from another thread too: consume-queue files always are).
+ */
 function recordingPort(port: RuntimePort, log: string[]): RuntimePort {
   const mappingOf = (mapping: Mapping, path: string): Mapping =>
     new Proxy(mapping, {
       get(target, key) {
         const value = Reflect.get(target, key);
         if (key === "populate") {
-          return (position: number, length: number) => {
-            log.push(`populate ${baseName(path)}`);
-            return target.populate(position, length);
+          return (position: number, length: number, options?: PopulateOptions) => {
+            const read = options?.read === true ? "" : " (no read)";
+            log.push(`populate ${baseName(path)}${read}`);
+            return target.populate(position, length, options);
           };
         }
         return typeof value === "function" ? value.bind(target) : value;
@@ -203,6 +208,51 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
       assert.deepEqual(log.filter((line) => line.startsWith("populate")), []);
       await put(eighth - 1, eighth + 1);
       assert.deepEqual(log.filter((line) => line.startsWith("populate")), [`populate ${name(0)}`]);
+    } finally {
+      await cq.close();
+      await allocator.close();
+    }
+  });
+
+  test("ConsumeQueue has its files pre-faulted without the read while its runs go in by positional writes", async () => {
+    const log: string[] = [];
+    const memory = new MemoryPort(runtimeName());
+    assert.equal(memory.positionalRunWrites, true);
+    const port = recordingPort(memory, log);
+    const allocator = new ConsumeQueueAllocator({ port });
+    const cq = new ConsumeQueue({
+      port,
+      rootDirectory: "/store",
+      topic: "T",
+      queueId: 0,
+      mappedFileSizeConsumeQueue: FILE_BYTES,
+      allocator,
+    });
+    const populated = async () => {
+      await allocator.whenIdle();
+      for (const file of cq.files) await file.whenPrepared();
+      return log.filter((line) => line.startsWith("populate"));
+    };
+    try {
+      await cq.load();
+      const units = FILE_BYTES / 20;
+      // The first unit makes the file; a run of 256 (a positional write)
+      // takes the queue past ⅛ of it.
+      assert.equal(await cq.putUnit(0, 100, 0, 0), true);
+      assert.equal(cq.putUniformRunNow(0x100, 1, 100, 100, 0), 0x100);
+      assert.deepEqual(await populated(), [`populate ${name(0)} (no read)`]);
+      // Runs of 64 go through the mapping: the next file, rolled into, is read.
+      let next = 0x101;
+      while (next < units) {
+        const n = cq.putUniformRunNow(Math.min(64, units - next), next, next * 100, 100, 0);
+        assert.ok(n > 0);
+        next += n;
+      }
+      assert.equal(await cq.putUnit(next * 100, 100, 0, next), true);
+      assert.deepEqual(await populated(), [
+        `populate ${name(0)} (no read)`,
+        `populate ${name(FILE_BYTES)}`,
+      ]);
     } finally {
       await cq.close();
       await allocator.close();

@@ -40,6 +40,8 @@ const T0 = 1_795_954_493_497;
 interface Populated {
   position: number;
   length: number;
+  /** The call's `PopulateOptions.read`. */
+  read: boolean;
   /** Settles when the call does (never rejects). */
   done: Promise<void>;
 }
@@ -54,9 +56,10 @@ function recordingPort(
   answer?: () => Promise<void>,
 ): RuntimePort {
   return hookedMappingsPort(inner, {
-    populate(position, length, run) {
+    populate(position, length, run, options) {
       const running = answer?.() ?? run();
-      calls.push({ position, length, done: running.then(() => {}, () => {}) });
+      const read = options?.read === true;
+      calls.push({ position, length, read, done: running.then(() => {}, () => {}) });
       return running;
     },
   });
@@ -213,6 +216,8 @@ for (const { adapter, skip } of cases) {
         for (const call of calls) {
           assert.ok(call.position >= ENTRIES_START && call.position % page === 0);
           assert.ok(call.position + call.length <= size);
+          // Entries are 4 KiB pages written soon after: read from another thread too.
+          assert.equal(call.read, true);
         }
         await file.close();
       });

@@ -523,6 +523,36 @@ for (const [adapter, portOrError] of created) {
       });
     });
 
+    test("Mapping.populate() leaves the bytes there and those written while it runs", {
+      skip: noMap,
+    }, async () => {
+      // The FFI adapters read the range from another thread after the
+      // pre-fault (see NativeLibc.madviseAsync): it must never write.
+      await scratch(port, async (directory) => {
+        const file = await port.createFile(`${directory}/a`, 8 * PAGE);
+        const mapping = await file.map();
+        try {
+          mapping.bytes.set(pattern(3 * PAGE, 4), 0);
+          // A range ending inside a page, from inside one.
+          const populated = mapping.populate(PAGE + 5, 6 * PAGE + 11);
+          mapping.bytes.set(pattern(2 * PAGE, 6), 3 * PAGE);
+          await populated;
+          await mapping.populate(7 * PAGE, PAGE);
+          const expected = new Uint8Array(8 * PAGE);
+          expected.set(pattern(3 * PAGE, 4), 0);
+          expected.set(pattern(2 * PAGE, 6), 3 * PAGE);
+          assert.deepEqual(mapping.bytes, expected);
+          await mapping.sync(0, 8 * PAGE);
+          const back = new Uint8Array(8 * PAGE);
+          await file.read(back, 0);
+          assert.deepEqual(back, expected);
+        } finally {
+          mapping.unmap();
+          await file.close();
+        }
+      });
+    });
+
     test("lockDirectory() refuses a second lock in this process and works again after release", async () => {
       await scratch(port, async (directory) => {
         const lock = await port.lockDirectory(directory);

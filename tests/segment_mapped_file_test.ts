@@ -601,6 +601,33 @@ for (const { adapter, skip } of cases) {
       await file.close();
     });
 
+    run("prepare() asks for the read after each pre-fault chunk only with read", async (env) => {
+      for (const read of [undefined, false, true]) {
+        const reads: boolean[] = [];
+        const port = hookedMappingsPort(env.port, {
+          populate(_position, _length, run, options) {
+            reads.push(options?.read === true);
+            return run();
+          },
+        });
+        const size = 2 * PREPARE_POPULATE_CHUNK_BYTES;
+        const file = await MappedFile.create({
+          port,
+          path: pathOf(env, read === undefined ? 0 : read ? 2 * size : size),
+          fileSizeBytes: size,
+          sparse: true,
+        });
+        await file.prepare({ read });
+        if (file.writeMode === "mapping") {
+          assert.ok(reads.length > 0);
+          assert.deepEqual(reads, reads.map(() => read === true));
+        } else {
+          assert.deepEqual(reads, []);
+        }
+        await file.close();
+      }
+    });
+
     run(
       "prepare() grows a pre-fault chunk to twice what the writer passed during the last one",
       async (env) => {

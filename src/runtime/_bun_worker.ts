@@ -32,6 +32,12 @@ export const LIBC_CALL = {
   MADVISE: 0x0,
   /** `msync(address, length, argument)`. */
   MSYNC: 0x1,
+  /**
+   * `madvise(address, length, argument)`, then, when it succeeded, every
+   * byte of the range read on the worker thread (`NativeLibc.madviseAsync`
+   * with `read`): in one request, with no answer to wait for in between.
+   */
+  MADVISE_THEN_READ: 0x2,
 } as const;
 
 /** One of {@link LIBC_CALL}. */
@@ -76,6 +82,7 @@ export async function libcWorkerMain(libcPath: string): Promise<void> {
       symbols: {
         madvise(address: number, length: number, advice: number): number;
         msync(address: number, length: number, flags: number): number;
+        memcmp(a: number, b: number, length: number): number;
         __errno_location(): number;
       };
     };
@@ -88,6 +95,7 @@ export async function libcWorkerMain(libcPath: string): Promise<void> {
   const libc = ffi.dlopen(libcPath, {
     madvise: { args: ["ptr", "usize", "i32"], returns: "i32" },
     msync: { args: ["ptr", "usize", "i32"], returns: "i32" },
+    memcmp: { args: ["ptr", "ptr", "usize"], returns: "i32" },
     __errno_location: { args: [], returns: "ptr" },
   }).symbols;
   // errno is thread-local: this is the worker thread's own.
@@ -96,6 +104,10 @@ export async function libcWorkerMain(libcPath: string): Promise<void> {
     const result = request.call === 0x1
       ? libc.msync(request.address, request.length, request.argument)
       : libc.madvise(request.address, request.length, request.argument);
+    // The range compared with itself: every byte read, nothing written.
+    if (request.call === 0x2 && result === 0) {
+      libc.memcmp(request.address, request.address, request.length);
+    }
     threads.parentPort.postMessage({
       id: request.id,
       errno: result === 0 ? 0 : ffi.read.i32(errnoAddress),

@@ -27,6 +27,7 @@ import type {
   Mapping,
   OpenFileOptions,
   PageCacheState,
+  PopulateOptions,
   RuntimeName,
   RuntimePort,
 } from "./port.ts";
@@ -126,7 +127,7 @@ class NativeBackedMapping implements Mapping {
     this.#native.madvise(this.#mapping, position, length, MADVICE[advice]);
   }
 
-  async populate(position: number, length: number): Promise<void> {
+  async populate(position: number, length: number, options?: PopulateOptions): Promise<void> {
     checkRange("populate a mapping", position, length, this.length);
     if (length === 0) return;
     this.#checkLive("populate");
@@ -138,6 +139,7 @@ class NativeBackedMapping implements Mapping {
       position,
       length,
       LINUX.MADV_POPULATE_WRITE,
+      options?.read === true,
     );
     if (errno !== 0 && errno !== 22) {
       throw errnoError(errno, "pre-fault (MADV_POPULATE_WRITE)", this.#path);

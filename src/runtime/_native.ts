@@ -70,12 +70,22 @@ export interface NativeLibc {
     length: number,
     advice: number,
   ): number;
-  /** `madvise` off the JavaScript thread (for `MADV_POPULATE_WRITE`). */
+  /**
+   * `madvise` off the JavaScript thread (for `MADV_POPULATE_WRITE`).
+   *
+   * With `read`, once `madvise` succeeded, every byte of the range is also
+   * read from a thread other than the JavaScript one before the answer
+   * (`PopulateOptions.read`): `memcmp` of the range with itself, nothing
+   * written, its result unused. A writer storing into the range meanwhile
+   * can only make it stop early (a byte changed between its two loads of
+   * it): an optimisation missed.
+   */
   madviseAsync(
     mapping: NativeMapping,
     position: number,
     length: number,
     advice: number,
+    read?: boolean,
   ): Promise<number>;
   /** `mlock` of the whole mapping: 0 or errno. */
   mlock(mapping: NativeMapping): number;

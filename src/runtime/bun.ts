@@ -393,6 +393,7 @@ class BunLibc implements NativeLibc {
     position: number,
     length: number,
     advice: number,
+    read = false,
   ): Promise<number> {
     // Advice that drops or changes pages stays on this thread, in program
     // order with the writes around it.
@@ -404,7 +405,7 @@ class BunLibc implements NativeLibc {
     state.inFlight++;
     try {
       const errno = await this.#adviceWorker.call(
-        LIBC_CALL.MADVISE,
+        read ? LIBC_CALL.MADVISE_THEN_READ : LIBC_CALL.MADVISE,
         address,
         alignedLength,
         advice,

@@ -74,6 +74,13 @@ const SYMBOLS = {
     result: "i32",
     nonblocking: true,
   },
+  // A range compared with itself: madviseAsync's read.
+  memcmp_nonblocking: {
+    name: "memcmp",
+    parameters: ["pointer", "pointer", "usize"],
+    result: "i32",
+    nonblocking: true,
+  },
   mlock: { parameters: ["pointer", "usize"], result: "i32" },
   // glibc 2.27 and later; without it, mlockOnFault falls back to mlock.
   mlock2: { parameters: ["pointer", "usize", "u32"], result: "i32", optional: true },
@@ -245,6 +252,7 @@ class DenoLibc implements NativeLibc {
     position: number,
     length: number,
     advice: number,
+    read = false,
   ): Promise<number> {
     const state = stateOf(mapping);
     if (state.retired) return Promise.resolve(ENOMEM);
@@ -252,10 +260,20 @@ class DenoLibc implements NativeLibc {
       return Promise.resolve(EINVAL);
     }
     const [pointer, alignedLength] = this.#pageRange(state, position, length);
-    return this.#offThread(
-      state,
-      () => this.#libc.madvise_nonblocking(pointer, alignedLength, advice),
-    );
+    if (!read) {
+      return this.#offThread(
+        state,
+        () => this.#libc.madvise_nonblocking(pointer, alignedLength, advice),
+      );
+    }
+    // Then the read: a second call, started when the first one's answer
+    // arrives (the mapping stays while either is in flight).
+    return this.#offThread(state, async () => {
+      const errno = await this.#libc.madvise_nonblocking(pointer, alignedLength, advice);
+      if (errno !== 0 || state.retired) return errno;
+      await this.#libc.memcmp_nonblocking(pointer, pointer, alignedLength);
+      return 0;
+    });
   }
 
   mlock(mapping: NativeMapping): number {

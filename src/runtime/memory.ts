@@ -92,6 +92,7 @@ import type {
   Mapping,
   OpenFileOptions,
   PageCacheState,
+  PopulateOptions,
   RuntimeName,
   RuntimePort,
 } from "./port.ts";
@@ -836,7 +837,7 @@ class MemoryMapping implements Mapping {
     checkRange("advise a mapping", position, length, this.length);
   }
 
-  async populate(position: number, length: number): Promise<void> {
+  async populate(position: number, length: number, _options?: PopulateOptions): Promise<void> {
     checkRange("populate a mapping", position, length, this.length);
     if (length === 0) return;
     this.#checkLive("populate");

@@ -156,6 +156,8 @@ function bindLibc(): NativeLibc {
   const madvise = bind("int madvise(uintptr_t addr, size_t length, int advice)");
   const mlock = bind("int mlock(uintptr_t addr, size_t length)");
   const munlock = bind("int munlock(uintptr_t addr, size_t length)");
+  // A range compared with itself: madviseAsync's read.
+  const memcmp = bind("int memcmp(uintptr_t a, uintptr_t b, size_t length)");
   // glibc 2.27 and later; without it, mlockOnFault falls back to mlock.
   let mlock2: KoffiFunction | undefined;
   try {
@@ -224,7 +226,8 @@ function bindLibc(): NativeLibc {
   /**
    * Runs `fn.async(address, length, flag)` on the libuv pool for the range
    * `[position, position + length)` of a mapping, its start aligned down to
-   * a page as `msync` requires.
+   * a page as `msync` requires; without a flag, `fn.async(address, address,
+   * length)` (`memcmp`).
    */
   const rangeAsync = (
     fn: KoffiFunction,
@@ -232,10 +235,11 @@ function bindLibc(): NativeLibc {
     mapping: NativeMapping,
     position: number,
     length: number,
-    flag: number,
+    flag: number | undefined,
   ): Promise<number> => {
     const start = position - position % pageSizeBytes;
     const address = rangeOf(mapping).address + start;
+    const alignedLength = position + length - start;
     const call = { mapping };
     return new Promise<number>((resolve, reject) => {
       const fail = (verb: string, error: unknown) =>
@@ -245,11 +249,14 @@ function bindLibc(): NativeLibc {
           }),
         );
       try {
-        fn.async(address, position + length - start, flag, (error: unknown, result: unknown) => {
+        const done = (error: unknown, result: unknown) => {
           inFlight.delete(call);
           if (error) fail("run", error);
           else resolve(status(result));
-        });
+        };
+        // Without a flag: memcmp of the range with itself.
+        if (flag === undefined) fn.async(address, address, alignedLength, done);
+        else fn.async(address, alignedLength, flag, done);
         inFlight.add(call);
       } catch (error) {
         // koffi throws when its queue of async calls (max_async_calls) is full.
@@ -378,13 +385,18 @@ function bindLibc(): NativeLibc {
       );
     },
 
-    madviseAsync(
+    async madviseAsync(
       mapping: NativeMapping,
       position: number,
       length: number,
       advice: number,
+      read = false,
     ): Promise<number> {
-      return rangeAsync(madvise, "madvise", mapping, position, length, advice);
+      const errno = await rangeAsync(madvise, "madvise", mapping, position, length, advice);
+      if (errno !== 0 || !read) return errno;
+      // Then the read: a second call, queued when the first one's answer arrives.
+      await rangeAsync(memcmp, "memcmp", mapping, position, length, undefined);
+      return 0;
     },
 
     mlock(mapping: NativeMapping): number {

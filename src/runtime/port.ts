@@ -97,6 +97,34 @@ export interface PageCacheState {
 }
 
 /**
+ * Options of {@link Mapping.populate}.
+ *
+ * @example
+ * ```ts
+ * import type { PopulateOptions } from "./port.ts";
+ *
+ * const options: PopulateOptions = { read: true };
+ * ```
+ */
+export interface PopulateOptions {
+  /**
+   * After the pre-fault, read every byte of the range from another thread
+   * (nothing is written). On this VM the kernel's pre-fault of 4 KiB pages
+   * did not always spare the first store from user space to each page: at
+   * some hours that store still cost 7–13 µs a page (no fault counted in
+   * the guest), and a read of the page from another thread of the process
+   * took that cost instead (the first store then 30 ns). At other hours
+   * the pre-fault itself took it, and the read cost 0.2 µs a page. For
+   * ranges of 4 KiB pages written soon after (consume-queue units, index
+   * entries); the commit log's 2 MiB folios did not need it. Adapters
+   * without a native thread ignore it.
+   *
+   * @default {false}
+   */
+  read?: boolean;
+}
+
+/**
  * A shared, writable (or read-only) memory mapping of a file range.
  *
  * After {@link Mapping.unmap} (or when the file it belongs to is retired) the
@@ -136,8 +164,11 @@ export interface Mapping {
   /**
    * Pre-faults a range for writing (`MADV_POPULATE_WRITE`) off the
    * JavaScript thread, so later appends do not take first-touch faults.
+   * With `options.read`, the range is then also read, every byte, from a
+   * thread other than the JavaScript one before the promise resolves (see
+   * {@link PopulateOptions.read}).
    */
-  populate(position: number, length: number): Promise<void>;
+  populate(position: number, length: number, options?: PopulateOptions): Promise<void>;
   /** Pins the mapping in memory (`mlock`); returns false when refused. */
   lock(): boolean;
   /** Undoes {@link Mapping.lock}. */

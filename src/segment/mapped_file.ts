@@ -250,6 +250,14 @@ export interface PrepareOptions {
    */
   populate?: boolean;
   /**
+   * With `populate`, each pre-faulted chunk is also read from another
+   * thread (`PopulateOptions.read`): for files of 4 KiB pages whose writer
+   * follows soon (consume queues).
+   *
+   * @default {false}
+   */
+  read?: boolean;
+  /**
    * Also write the pre-faulted zeros through to the device (`msync`): a
    * later flush then overwrites blocks that are already written, instead
    * of converting unwritten (fallocated) extents in a journal commit of its
@@ -1249,7 +1257,7 @@ export class MappedFile {
       if (populate) {
         const writer = options.writerOffset;
         const wroteBefore = writer?.() ?? this.#wrote;
-        await this.#populate(mapping, start, end);
+        await this.#populate(mapping, start, end, options.read === true);
         if (adaptive && writer !== undefined && this.#wrote === 0) {
           // A segment ahead of its writer: no flush waits for its chunks,
           // and small ones, where a chunk's completion waits for a turn of
@@ -1281,10 +1289,13 @@ export class MappedFile {
     return options.lock === true && live() ? mapping.lock() : false;
   }
 
-  /** Pre-faults `[start, end)`, published as {@link MappedFile.#populating} meanwhile. */
-  async #populate(mapping: Mapping, start: number, end: number): Promise<void> {
+  /**
+   * Pre-faults `[start, end)` (and reads it: `read`), published as
+   * {@link MappedFile.#populating} meanwhile.
+   */
+  async #populate(mapping: Mapping, start: number, end: number, read: boolean): Promise<void> {
     assert(this.#populating === undefined, "pre-fault chunks run one at a time");
-    const running = mapping.populate(start, end - start);
+    const running = mapping.populate(start, end - start, { read });
     const chunk = { start, end, done: running.then(() => {}, () => {}) };
     this.#populating = chunk;
     try {

@@ -115,6 +115,8 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
   #unsettled = new Set<Promise<void>>();
   /** The last preparation started in each directory: the next one's rename follows it. */
   #lastInDirectory = new Map<string, Promise<void>>();
+  /** Directories whose files are pre-faulted without the read (see {@link readAfterPopulate}). */
+  #unread = new Set<string>();
   /** Files whose pre-fault was started (see {@link populateRest}): each is pre-faulted once. */
   #populated = new WeakSet<MappedFile>();
   #closing = false;
@@ -244,13 +246,29 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
   #populateAfterCreations(file: MappedFile): void {
     this.#populated.add(file);
     const populate = () => {
-      file.prepare({ populate: true }).catch(ignore);
+      const read = !this.#unread.has(directoryOf(file.path));
+      file.prepare({ populate: true, read }).catch(ignore);
     };
     // Never rejects; started (synchronously) by the roll's prepare, which
     // runs before this continuation.
     const creating = this.#lastInDirectory.get(directoryOf(file.path));
     if (creating === undefined) populate();
     else creating.then(populate);
+  }
+
+  /**
+   * Whether the pre-faults of the files of the queue in `directory` (from
+   * the next one started) also read each file from another thread
+   * (`PrepareOptions.read`; the default). The read spares a writer storing
+   * through the mapping its first store to each 4 KiB page (7–13 µs a page
+   * at some hours on this VM, none at others); a queue whose runs go in by
+   * positional writes never stores there, and the read only costs the
+   * other core (the 128 B `batch1000 bare` row was 8–19 % slower with
+   * it). The queue says which, as its runs change from one to the other.
+   */
+  readAfterPopulate(directory: string, read: boolean): void {
+    if (read) this.#unread.delete(directory);
+    else this.#unread.add(directory);
   }
 
   /**
@@ -313,6 +331,7 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
 
   /** Removes the prepared files under `directory` (a queue cut back or destroyed). */
   async discard(directory: string): Promise<void> {
+    this.#unread.delete(directory);
     const prefix = `${directory}/`;
     for (const [path, prepared] of [...this.#prepared]) {
       if (!path.startsWith(prefix)) continue;

@@ -295,6 +295,13 @@ export class ConsumeQueue {
   #readOnlyEnd: number | undefined;
   /** A put is in progress (puts are sequential: the dispatcher awaits each). */
   #putting = false;
+  /**
+   * Whether the last run went in by a positional write: the allocator
+   * then pre-faults this queue's files without the read that a writer
+   * through the mapping gains from (see
+   * {@link ConsumeQueueAllocator.readAfterPopulate}).
+   */
+  #runsPositionally = false;
   /** Scratch for one unit, reused by every put. */
   #unit = new Uint8Array(CQ_UNIT_SIZE_BYTES);
   #unitView = new DataView(this.#unit.buffer);
@@ -921,7 +928,12 @@ export class ConsumeQueue {
     const run = this.#run;
     run.wroteBytes = n * CQ_UNIT_SIZE_BYTES;
     run.storeTimestampMs = file.storeTimestampMs;
-    if (n >= POSITIONAL_RUN_UNITS_MIN && this.#port.positionalRunWrites === true) {
+    const positional = n >= POSITIONAL_RUN_UNITS_MIN && this.#port.positionalRunWrites === true;
+    if (positional !== this.#runsPositionally) {
+      this.#runsPositionally = positional;
+      this.#allocator?.readAfterPopulate(this.directory, !positional);
+    }
+    if (positional) {
       this.#writeRunPositionally(file, n);
     } else {
       file.append(this.#writeRun);

@@ -1169,7 +1169,7 @@ export class IndexFile {
     this.#populatedTo = to;
     this.#populateMark = from;
     assert(from % page === 0, "a pre-fault chunk starts on a page");
-    mapping.populate(from, to - from).catch(this.#onPopulateFailed);
+    mapping.populate(from, to - from, { read: true }).catch(this.#onPopulateFailed);
   }
 
   #checkOpen(): void {
