@@ -115,9 +115,9 @@ export interface PopulateOptions {
    * the guest), and a read of the page from another thread of the process
    * took that cost instead (the first store then 30 ns). At other hours
    * the pre-fault itself took it, and the read cost 0.2 µs a page. For
-   * ranges of 4 KiB pages written soon after (consume-queue units, index
-   * entries); the commit log's 2 MiB folios did not need it. Adapters
-   * without a native thread ignore it.
+   * ranges of 4 KiB pages written soon after (consume-queue units); the
+   * 2 MiB folios of the commit log and the index entries did not need it.
+   * Adapters without a native thread ignore it.
    *
    * @default {false}
    */
