@@ -257,18 +257,27 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
   }
 
   /**
-   * Whether the pre-faults of the files of the queue in `directory` (from
-   * the next one started) also read each file from another thread
-   * (`PrepareOptions.read`; the default). The read spares a writer storing
-   * through the mapping its first store to each 4 KiB page (7–13 µs a page
-   * at some hours on this VM, none at others); a queue whose runs go in by
-   * positional writes never stores there, and the read only costs the
-   * other core (the 128 B `batch1000 bare` row was 8–19 % slower with
-   * it). The queue says which, as its runs change from one to the other.
+   * The pre-faults of the files of the queue in `directory` (from the next
+   * one started) also read each file from another thread
+   * (`PrepareOptions.read`), as they do unless {@link populateWithoutRead}
+   * said otherwise. The read spares a writer storing through the mapping
+   * its first store to each 4 KiB page (7–13 µs a page at some hours on
+   * this VM, none at others). The queue calls it when its runs go back to
+   * stores through the mapping.
    */
-  readAfterPopulate(directory: string, read: boolean): void {
-    if (read) this.#unread.delete(directory);
-    else this.#unread.add(directory);
+  readAfterPopulate(directory: string): void {
+    this.#unread.delete(directory);
+  }
+
+  /**
+   * The pre-faults of the files of the queue in `directory` (from the next
+   * one started) skip the read of {@link readAfterPopulate}: the queue's
+   * runs go in by positional writes and never store through the mapping,
+   * and the read only costs the other core (the 128 B `batch1000 bare` row
+   * was 8–19 % slower with it).
+   */
+  populateWithoutRead(directory: string): void {
+    this.#unread.add(directory);
   }
 
   /**

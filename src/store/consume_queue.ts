@@ -299,7 +299,7 @@ export class ConsumeQueue {
    * Whether the last run went in by a positional write: the allocator
    * then pre-faults this queue's files without the read that a writer
    * through the mapping gains from (see
-   * {@link ConsumeQueueAllocator.readAfterPopulate}).
+   * {@link ConsumeQueueAllocator.populateWithoutRead}).
    */
   #runsPositionally = false;
   /** Scratch for one unit, reused by every put. */
@@ -931,7 +931,8 @@ export class ConsumeQueue {
     const positional = n >= POSITIONAL_RUN_UNITS_MIN && this.#port.positionalRunWrites === true;
     if (positional !== this.#runsPositionally) {
       this.#runsPositionally = positional;
-      this.#allocator?.readAfterPopulate(this.directory, !positional);
+      if (positional) this.#allocator?.populateWithoutRead(this.directory);
+      else this.#allocator?.readAfterPopulate(this.directory);
     }
     if (positional) {
       this.#writeRunPositionally(file, n);
