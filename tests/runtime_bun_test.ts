@@ -109,6 +109,50 @@ test(
 );
 
 test(
+  "mmap() makes the view at the first bytes read; a mapping retired unviewed is unmapped (bun-ffi)",
+  { skip: SKIP },
+  () =>
+    withLibc(async (libc, directory) => {
+      // A variable specifier keeps deno check (which has no Bun types) from resolving bun:jsc.
+      const specifier = "bun:jsc";
+      const { heapStats } = await import(specifier) as {
+        heapStats(): { extraMemorySize: number };
+      };
+      const path = `${directory}/file`;
+      const length = 64 * 2 ** 20;
+      const fd = sparseFile(path, length);
+      try {
+        const before = heapStats().extraMemorySize;
+        const mapping = libc.mmap({ fd, path }, 0, length, true);
+        // JavaScriptCore counts a view's whole length as heap while it lives.
+        assert.ok(heapStats().extraMemorySize - before < length / 2, "no view at mmap");
+        assert.equal(await libc.madviseAsync(mapping, 0, length, LINUX.MADV_POPULATE_WRITE), 0);
+        assert.equal(await libc.msync(mapping, 0, libc.pageSizeBytes), 0);
+        assert.ok(
+          heapStats().extraMemorySize - before < length / 2,
+          "no view for the address calls",
+        );
+        mapping.bytes[5] = 7;
+        assert.ok(heapStats().extraMemorySize - before >= length, "the view at the first read");
+        assert.equal(mapping.bytes.length, length);
+        libc.retire(mapping);
+        assert.equal(mapping.bytes.length, 0);
+        const read = new Uint8Array(8);
+        fs.readSync(fd, read, 0, 8, 0);
+        assert.deepEqual([...read], [0, 0, 0, 0, 0, 7, 0, 0]);
+
+        const unviewed = libc.mmap({ fd, path }, 0, length, true);
+        assert.equal(mapsOf(path).length, 1);
+        libc.retire(unviewed);
+        assert.equal(unviewed.bytes.length, 0, "a mapping retired unviewed reads empty");
+        assert.deepEqual(mapsOf(path), []);
+      } finally {
+        fs.closeSync(fd);
+      }
+    }),
+);
+
+test(
   "mmap() maps read-only with PROT_READ and retire() unmaps it (bun-ffi)",
   { skip: SKIP },
   () =>

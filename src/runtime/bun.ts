@@ -3,15 +3,17 @@
  *
  * Mappings:
  * - A mapping is libc `mmap(PROT_READ[|PROT_WRITE], MAP_SHARED)` of the
- *   handle's descriptor, wrapped by `toArrayBuffer(address, 0, length)`
- *   without a deallocator, so Bun never unmaps it on its own.
+ *   handle's descriptor; a file mapping's view, `toArrayBuffer(address, 0,
+ *   length)` without a deallocator (so Bun never unmaps it on its own), is
+ *   made at its first use (see `BunFileMapping`).
  *   {@link NativeLibc.retire} calls `buffer.transfer(0)`, which detaches
  *   every view at once (length 0, reads `undefined`), and unmaps the range
  *   itself when no worker call on it (flush or pre-fault) is in flight,
  *   else when the last one answers: a worker never meets a range that was
- *   unmapped, or unmapped and reused. A mapping whose buffer is collected
- *   without being retired is unmapped by a `FinalizationRegistry` (no view
- *   of it is left then; a call in flight keeps the buffer reachable).
+ *   unmapped, or unmapped and reused. A mapping dropped without being
+ *   retired is unmapped by a `FinalizationRegistry` once its mapping object
+ *   and its view (if made) are both collected (no view of it is left then;
+ *   a call in flight keeps the mapping object reachable).
  * - `Bun.mmap` is not used: it unmaps as soon as its buffer is transferred
  *   (nothing can wait for a worker call), it cannot map read-only (it opens
  *   the path `O_RDWR` and maps `PROT_READ|PROT_WRITE`, seen with strace),
@@ -204,6 +206,56 @@ interface BunMappingState {
   inFlight: number;
   retired: boolean;
   released: boolean;
+  /**
+   * Objects whose collection an unretired mapping waits for before it is
+   * released: its {@link BunFileMapping} (or, for anonymous memory, its
+   * buffer) and, once made, the file mapping's view.
+   */
+  holders: number;
+}
+
+/**
+ * A file mapping whose view (`toArrayBuffer`) is made at its first use, not
+ * at `mmap`. JavaScriptCore counts a foreign buffer's whole length as heap
+ * (`heapStats().extraMemorySize`) for as long as the buffer lives, and
+ * sizes its collection budget by it: after `putMessages` kept allocating,
+ * the JavaScript heap of a probe holding 256 MiB of views had grown to
+ * 567 MiB RSS, 2.2 GiB with 1 GiB and 3.3 GiB with 2.5 GiB (63 MiB with
+ * none). A fresh store mapped 2.4 GiB at open (the active commit-log
+ * segment, the one allocated ahead, and the index file); made at first
+ * use, only what the writer and readers reach is counted. The pre-fault
+ * and `msync` work on the address and need no view.
+ */
+class BunFileMapping implements NativeMapping {
+  /** Bytes mapped. */
+  readonly length: number;
+  /** The binding's state of the range. */
+  readonly handle: BunMappingState;
+  /** The view, once made. */
+  #bytes: Uint8Array | undefined;
+  /** Makes the view and registers it as a holder of the range. */
+  readonly #makeView: (state: BunMappingState) => Uint8Array;
+
+  constructor(state: BunMappingState, makeView: (state: BunMappingState) => Uint8Array) {
+    this.length = state.length;
+    this.handle = state;
+    this.#makeView = makeView;
+  }
+
+  /**
+   * The mapped bytes: the view, made at the first read. A mapping retired
+   * before any read has an empty view (nothing is mapped there any more).
+   */
+  get bytes(): Uint8Array {
+    if (this.#bytes !== undefined) return this.#bytes;
+    if (this.handle.retired) return new Uint8Array(0);
+    return this.#bytes = this.#makeView(this.handle);
+  }
+
+  /** Whether the view was made (before the mapping was retired). */
+  get viewed(): boolean {
+    return this.#bytes !== undefined;
+  }
 }
 
 function errnoOf(error: NodeJS.ErrnoException): number {
@@ -238,7 +290,17 @@ class BunLibc implements NativeLibc {
    * view of it is left, so unmapping cannot fault anyone. Keyed by the
    * buffer, holding (and unregistered by) the state.
    */
-  #orphans = new FinalizationRegistry<BunMappingState>((state) => this.#release(state));
+  #orphans = new FinalizationRegistry<BunMappingState>((state) => {
+    state.holders--;
+    if (state.holders === 0) this.#release(state);
+  });
+  /** Makes the view of a file mapping (at its first use, see {@link BunFileMapping}). */
+  readonly #makeView = (state: BunMappingState): Uint8Array => {
+    const buffer = this.#ffi.toArrayBuffer(state.address, 0, state.length);
+    state.holders++;
+    this.#orphans.register(buffer, state, state);
+    return new Uint8Array(buffer);
+  };
   /** `mlock2`, where libc has it (glibc 2.27 and later). */
   #mlock2: ((address: number, length: number, flags: number) => number) | undefined;
   #flock = new Uint8Array(FLOCK.SIZE);
@@ -317,10 +379,9 @@ class BunLibc implements NativeLibc {
       address % this.pageSizeBytes === 0,
       `mmap returned 0x${address.toString(16)}, not page-aligned`,
     );
-    // No deallocator: Bun would unmap the range as soon as the buffer is
-    // transferred, while a worker call may still use it. The binding unmaps
-    // it itself (#release).
-    const buffer = this.#ffi.toArrayBuffer(address, 0, length);
+    // The view is made at first use, without a deallocator: Bun would
+    // unmap the range as soon as the buffer is transferred, while a worker
+    // call may still use it. The binding unmaps it itself (#release).
     const state: BunMappingState = {
       address,
       length,
@@ -328,8 +389,10 @@ class BunLibc implements NativeLibc {
       inFlight: 0,
       retired: false,
       released: false,
+      holders: 1,
     };
-    this.#orphans.register(buffer, state, state);
+    const mapping = new BunFileMapping(state, this.#makeView);
+    this.#orphans.register(mapping, state, state);
     // A writable mapping will be flushed and pre-faulted: boot a flush
     // thread and the pre-fault thread now rather than on the first
     // (latency-critical) flush, or on the first pre-fault, which a store's
@@ -338,7 +401,7 @@ class BunLibc implements NativeLibc {
       this.#flushWorkers.warm();
       this.#adviceWorker.warm();
     }
-    return { bytes: new Uint8Array(buffer), length, handle: state };
+    return mapping;
   }
 
   retire(mapping: NativeMapping): void {
@@ -346,9 +409,12 @@ class BunLibc implements NativeLibc {
     if (state.retired) return;
     state.retired = true;
     // Detaches every view of the buffer (length 0); without a deallocator
-    // the range itself stays mapped until the calls in flight answered.
-    const buffer = mapping.bytes.buffer as ArrayBuffer;
-    if (!buffer.detached) buffer.transfer(0);
+    // the range itself stays mapped until the calls in flight answered. A
+    // file mapping never viewed has no buffer to detach.
+    if (!(mapping instanceof BunFileMapping) || mapping.viewed) {
+      const buffer = mapping.bytes.buffer as ArrayBuffer;
+      if (!buffer.detached) buffer.transfer(0);
+    }
     assert(mapping.bytes.length === 0, "the view of a retired mapping is detached");
     this.#orphans.unregister(state);
     if (state.inFlight === 0) this.#release(state);
@@ -358,7 +424,6 @@ class BunLibc implements NativeLibc {
     const state = mapping.handle as BunMappingState;
     if (state.retired) return ENOMEM;
     const [address, alignedLength] = this.#align(state, position, length);
-    const buffer = mapping.bytes.buffer;
     state.inFlight++;
     try {
       return await this.#flushWorkers.call(
@@ -372,7 +437,7 @@ class BunLibc implements NativeLibc {
       // the whole file, never less durable than msync of the range.
       return await fdatasync(state.syncFd);
     } finally {
-      this.#settle(state, buffer);
+      this.#settle(state, mapping);
     }
   }
 
@@ -401,7 +466,6 @@ class BunLibc implements NativeLibc {
     const state = mapping.handle as BunMappingState;
     if (state.retired) return ENOMEM;
     const [address, alignedLength] = this.#align(state, position, length);
-    const buffer = mapping.bytes.buffer;
     state.inFlight++;
     try {
       const errno = await this.#adviceWorker.call(
@@ -413,7 +477,7 @@ class BunLibc implements NativeLibc {
       // Retired meanwhile: nobody will write there, nothing to report.
       return state.retired ? 0 : errno;
     } finally {
-      this.#settle(state, buffer);
+      this.#settle(state, mapping);
     }
   }
 
@@ -455,6 +519,7 @@ class BunLibc implements NativeLibc {
       inFlight: 0,
       retired: false,
       released: false,
+      holders: 1,
     };
     this.#orphans.register(buffer, state, state);
     return { bytes: new Uint8Array(buffer), length, handle: state };
@@ -503,16 +568,18 @@ class BunLibc implements NativeLibc {
 
   /**
    * Ends a worker call on a mapping; releases the mapping after the last
-   * one if it was retired meanwhile. Taking the buffer keeps an unretired
-   * mapping from being collected (and unmapped) while the call ran.
+   * one if it was retired meanwhile. Taking the mapping keeps an unretired
+   * one from being collected (and unmapped) while the call ran.
    */
-  #settle(state: BunMappingState, buffer: ArrayBufferLike): void {
+  #settle(state: BunMappingState, mapping: NativeMapping): void {
     state.inFlight--;
     assert(state.inFlight >= 0, `${state.inFlight} calls in flight on a mapping`);
-    assert(
-      (buffer as ArrayBuffer).detached === state.retired,
-      "a mapping's buffer is detached exactly when it is retired",
-    );
+    if (!(mapping instanceof BunFileMapping) || mapping.viewed) {
+      assert(
+        (mapping.bytes.buffer as ArrayBuffer).detached === state.retired,
+        "a mapping's buffer is detached exactly when it is retired",
+      );
+    }
     if (state.retired && state.inFlight === 0) this.#release(state);
   }
 
