@@ -222,9 +222,23 @@ export class IndexFile {
   #handle: FileHandle;
   /** The mapping, on ports that map; undefined for an in-memory copy. */
   #mapping: Mapping | undefined;
-  /** The whole file: the mapping's view, or an in-memory copy. */
-  #bytes: Uint8Array;
-  #view: DataView;
+  /**
+   * The whole file: the mapping's view, or an in-memory copy. A mapping's
+   * view is made at the first entry or lookup ({@link #ensureView}): some
+   * runtimes count a view's whole length as heap while it lives (401 MiB
+   * for the default file), and a store opens and prepares its index file
+   * before any key is put, often with none ever put. Empty until then.
+   */
+  #bytes: Uint8Array = new Uint8Array(0);
+  #view: DataView = new DataView(new ArrayBuffer(0));
+  /** Whether {@link #bytes} and {@link #view} cover the file. */
+  #viewed = false;
+  /**
+   * The header while the mapping has no view: written into the file by a
+   * positional write at {@link flush}, and into the view when it is made.
+   */
+  #header: Uint8Array | undefined;
+  #headerView: DataView | undefined;
   /** What {@link #touchSlots} read (kept so that the reads are not dropped). */
   #touched = 0;
   #readOnly: boolean;
@@ -261,18 +275,18 @@ export class IndexFile {
     options: IndexFileOptions,
     handle: FileHandle,
     mapping: Mapping | undefined,
-    bytes: Uint8Array,
+    bytes: Uint8Array | undefined,
+    fileSizeBytes: number,
     readOnly: boolean,
   ) {
     this.path = options.path;
     this.hashSlotNum = options.hashSlotNum;
     this.indexNum = options.indexNum;
-    this.fileSizeBytes = bytes.length;
+    this.fileSizeBytes = fileSizeBytes;
     this.#port = options.port;
     this.#handle = handle;
     this.#mapping = mapping;
-    this.#bytes = bytes;
-    this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+    if (bytes !== undefined) this.#setBytes(bytes);
     this.#readOnly = readOnly;
     // The first entry written starts the pre-fault; a write of the header
     // or of a slot never reaches past the slots.
@@ -381,7 +395,7 @@ export class IndexFile {
    * header once the file is flushed.
    */
   async activate(endPhyOffset: number, endTimestamp: number): Promise<void> {
-    this.#checkWritable();
+    this.#checkNotReadOnly();
     const preparedPath = this.#preparedPath;
     assert(preparedPath !== undefined, `${this.path} is a prepared file`);
     assert(this.#indexCount === 1, `prepared ${this.path} holds no entry`);
@@ -420,7 +434,19 @@ export class IndexFile {
       );
     }
     const file = await IndexFile.#attach(options, handle, readOnly, false);
-    file.#loadHeader();
+    if (file.#viewed) {
+      file.#loadHeader(file.#view);
+    } else {
+      // Read, not through the mapping: that would make its view.
+      const header = new Uint8Array(INDEX_HEADER_SIZE_BYTES);
+      try {
+        await readFully(handle, header, 0, options.path);
+      } catch (error) {
+        await file.close();
+        throw error;
+      }
+      file.#loadHeader(new DataView(header.buffer));
+    }
     return file;
   }
 
@@ -442,7 +468,7 @@ export class IndexFile {
       const size = handle.sizeBytes;
       if (options.port.canMap) {
         const mapping = await handle.map(0, size);
-        return new IndexFile(options, handle, mapping, mapping.bytes.subarray(0, size), readOnly);
+        return new IndexFile(options, handle, mapping, undefined, size, readOnly);
       }
       const bytes = new Uint8Array(size);
       if (!fresh) {
@@ -459,7 +485,7 @@ export class IndexFile {
           options.path,
         );
       }
-      return new IndexFile(options, handle, undefined, bytes, readOnly);
+      return new IndexFile(options, handle, undefined, bytes, size, readOnly);
     } catch (error) {
       await handle.close();
       throw error;
@@ -856,6 +882,7 @@ export class IndexFile {
     end: number,
   ): void {
     this.#checkOpen();
+    this.#ensureView();
     const keyHash = indexKeyHash(key);
     const slotValue = this.#view.getInt32(this.#slotPosition(keyHash));
     const indexCount = this.#indexCount;
@@ -886,6 +913,7 @@ export class IndexFile {
   /** Entry number `entryNo` (1 ≤ entryNo < indexCount), decoded. */
   entryAt(entryNo: number): IndexEntry {
     this.#checkOpen();
+    this.#ensureView();
     if (!Number.isInteger(entryNo) || entryNo < 1 || entryNo >= this.#indexCount) {
       throw new RangeError(`Entry ${entryNo} is outside [1, ${this.#indexCount}) of ${this.path}`);
     }
@@ -901,6 +929,7 @@ export class IndexFile {
   /** The value of hash slot `slot` (0 ≤ slot < hashSlotNum). */
   slotAt(slot: number): number {
     this.#checkOpen();
+    this.#ensureView();
     if (!Number.isInteger(slot) || slot < 0 || slot >= this.hashSlotNum) {
       throw new RangeError(`Slot ${slot} is outside [0, ${this.hashSlotNum}) of ${this.path}`);
     }
@@ -1031,6 +1060,10 @@ export class IndexFile {
     this.#dirtyEnd = 0;
     try {
       if (this.#mapping !== undefined) {
+        const header = this.#header;
+        // No view yet: the header goes in by a positional write, into the
+        // same page cache the mapping shares, which the sync below covers.
+        if (header !== undefined) await this.#handle.write(header.slice(), 0);
         const page = this.#port.pageSizeBytes;
         const from = start - start % page;
         await this.#mapping.sync(from, end - from);
@@ -1068,8 +1101,7 @@ export class IndexFile {
       entryNo * INDEX_ENTRY_SIZE_BYTES;
   }
 
-  #loadHeader(): void {
-    const view = this.#view;
+  #loadHeader(view: DataView): void {
     this.#beginTimestamp = readInt64(view, HEADER_BEGIN_TIMESTAMP_POSITION);
     this.#endTimestamp = readInt64(view, HEADER_END_TIMESTAMP_POSITION);
     this.#beginPhyOffset = readInt64(view, HEADER_BEGIN_PHY_OFFSET_POSITION);
@@ -1082,7 +1114,13 @@ export class IndexFile {
   }
 
   #writeHeader(): void {
-    const view = this.#view;
+    let view = this.#view;
+    if (!this.#viewed) {
+      this.#headerView ??= new DataView(
+        (this.#header = new Uint8Array(INDEX_HEADER_SIZE_BYTES)).buffer,
+      );
+      view = this.#headerView;
+    }
     writeInt64(view, HEADER_BEGIN_TIMESTAMP_POSITION, this.#beginTimestamp);
     writeInt64(view, HEADER_END_TIMESTAMP_POSITION, this.#endTimestamp);
     writeInt64(view, HEADER_BEGIN_PHY_OFFSET_POSITION, this.#beginPhyOffset);
@@ -1097,6 +1135,10 @@ export class IndexFile {
    * fields as they were: the same header bytes, fewer of them written.
    */
   #writeHeaderEnd(): void {
+    if (!this.#viewed) {
+      this.#writeHeader();
+      return;
+    }
     const view = this.#view;
     writeInt64(view, HEADER_END_TIMESTAMP_POSITION, this.#endTimestamp);
     writeInt64(view, HEADER_END_PHY_OFFSET_POSITION, this.#endPhyOffset);
@@ -1181,10 +1223,36 @@ export class IndexFile {
     if (this.#closed) throw new MqStoreError("CLOSED", `Index file ${this.path} is closed`);
   }
 
+  /** Checks that entries may be written, and makes the view they go through. */
   #checkWritable(): void {
+    this.#checkNotReadOnly();
+    this.#ensureView();
+  }
+
+  #checkNotReadOnly(): void {
     this.#checkOpen();
     if (this.#readOnly) {
       throw new MqStoreError("UNSUPPORTED", `Cannot add to index file ${this.path}: read-only`);
+    }
+  }
+
+  #setBytes(bytes: Uint8Array): void {
+    this.#bytes = bytes;
+    this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+    this.#viewed = true;
+  }
+
+  /** Makes the mapping's view (once), with the header written while there was none. */
+  #ensureView(): void {
+    if (this.#viewed) return;
+    const mapping = this.#mapping;
+    assert(mapping !== undefined, "an index file without a mapping holds its bytes");
+    this.#setBytes(mapping.bytes.subarray(0, this.fileSizeBytes));
+    const header = this.#header;
+    if (header !== undefined) {
+      // Already marked dirty when it was written.
+      this.#bytes.set(header, 0);
+      this.#header = this.#headerView = undefined;
     }
   }
 }
