@@ -22,6 +22,7 @@ export type {
   Mapping,
   OpenFileOptions,
   PageCacheState,
+  PopulateOptions,
   RuntimeName,
   RuntimePort,
 } from "./src/runtime/mod.ts";
