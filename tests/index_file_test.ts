@@ -131,6 +131,29 @@ for (const { adapter, skip } of cases) {
       });
     });
 
+    test("unflushedEntryBytes counts the entries put since the last flush began, and a roll as Infinity", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        const index = serviceOf(env);
+        await index.load(true, 0);
+        assert.equal(index.unflushedEntryBytes, 0);
+        // The first file, made since the load: its entries.
+        await put(index, 100, T0, "a", "b");
+        assert.equal(index.unflushedEntryBytes, 2 * 20);
+        await index.flush();
+        assert.equal(index.unflushedEntryBytes, 0);
+        await put(index, 200, T0 + 1000, "c");
+        assert.equal(index.unflushedEntryBytes, 20);
+        assert.equal(index.files.length, 1);
+        // The file is full (ENTRIES - 1 entries): the next key rolls.
+        await put(index, 300, T0 + 2000, "d");
+        assert.equal(index.files.length, 2);
+        assert.equal(index.unflushedEntryBytes, Number.POSITIVE_INFINITY);
+        await index.flush();
+        assert.equal(index.unflushedEntryBytes, 0);
+        await index.close();
+      });
+    });
+
     test("queryOffset() keeps to the time range, to the second", async () => {
       await withSegmentEnv(adapter, async (env) => {
         const index = serviceOf(env, { maxIndexNum: 64 });

@@ -38,6 +38,7 @@ import type { RuntimePort } from "../runtime/port.ts";
 import { type Clock, systemClock } from "../segment/clock.ts";
 import {
   INDEX_DIRECTORY_NAME,
+  INDEX_ENTRY_SIZE_BYTES,
   INDEX_FILE_NAME_PATTERN,
   MAX_HASH_SLOT_NUM_DEFAULT,
   MAX_INDEX_NUM_DEFAULT,
@@ -637,6 +638,26 @@ export class IndexService {
     const last = this.#files[this.#files.length - 1];
     return this.#flushedOnce && last === this.#flushedFile &&
       (last === undefined || last.indexCount === this.#flushedIndexCount);
+  }
+
+  /**
+   * Bytes of entries put since the last completed {@link flush} began (since
+   * the load before any), or `Infinity` once a file rolled since: the
+   * consume-queue flusher flushes the index between thorough flushes only
+   * when this reaches its threshold.
+   */
+  get unflushedEntryBytes(): number {
+    const last = this.#files[this.#files.length - 1];
+    if (last === undefined) return 0;
+    const flushed = this.#flushedFile;
+    if (last === flushed) {
+      return (last.indexCount - this.#flushedIndexCount) * INDEX_ENTRY_SIZE_BYTES;
+    }
+    // The first file, made since (there was none): all its entries.
+    if (flushed === undefined && this.#files.length === 1) {
+      return (last.indexCount - 1) * INDEX_ENTRY_SIZE_BYTES;
+    }
+    return Number.POSITIVE_INFINITY;
   }
 
   /**
