@@ -11,7 +11,7 @@ import fs from "node:fs";
 import { describe, test } from "node:test";
 import { PREPARED_TIMESTAMP } from "../src/store/_index_file_constants.ts";
 import { IndexFile } from "../src/store/index_file.ts";
-import type { Mapping, RuntimePort } from "../src/runtime/port.ts";
+import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { adapterCases, mappingsPort, withSegmentEnv } from "./_segment_helpers.ts";
 
 const SLOTS = 64;
@@ -29,6 +29,39 @@ function countingPort(inner: RuntimePort, reads: { count: number }): RuntimePort
         return typeof value === "function" ? value.bind(target) : value;
       },
     }));
+}
+
+/**
+ * `inner`, its file handles' positional writes at position 0 held until
+ * `gate.open()` while `gate.closed`.
+ */
+function gatedHeaderWritesPort(
+  inner: RuntimePort,
+  gate: { closed: boolean; held: Promise<void> },
+): RuntimePort {
+  const wrapHandle = (handle: FileHandle): FileHandle =>
+    new Proxy(handle, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key === "write") {
+          return async (bytes: Uint8Array, position: number) => {
+            if (gate.closed && position === 0) await gate.held;
+            return await target.write(bytes, position);
+          };
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  return new Proxy(inner, {
+    get(target, key) {
+      const value = Reflect.get(target, key);
+      if (typeof value !== "function") return value;
+      if (key === "createFile" || key === "openFile") {
+        return async (...args: unknown[]) => wrapHandle(await value.apply(target, args));
+      }
+      return value.bind(target);
+    },
+  });
 }
 
 const cases = await adapterCases();
@@ -88,6 +121,46 @@ for (const { adapter, skip } of cases) {
         const offsets: number[] = [];
         again.selectPhyOffset(offsets, "T#k", 64, 0, ALL_TIME);
         assert.deepEqual(offsets, [0x2000]);
+        await again.close();
+      });
+    });
+
+    test("an entry put while flush() writes the staged header keeps its header", async () => {
+      await withSegmentEnv(adapter, async (env) => {
+        if (!env.port.canMap) return;
+        let release = () => {};
+        const gate = {
+          closed: false,
+          held: new Promise<void>((resolve) => release = resolve),
+        };
+        const port = gatedHeaderWritesPort(env.port, gate);
+        const options = { port, hashSlotNum: SLOTS, indexNum: ENTRIES, sparse: true };
+        const path = `${env.directory}/c`;
+        const file = await IndexFile.create({
+          ...options,
+          path,
+          endPhyOffset: 0x2000,
+          endTimestamp: T0,
+        });
+        gate.closed = true;
+        const flushing = file.flush();
+        // The staged header's write waits at the gate; the first entry
+        // makes the view and writes the header with its begin fields.
+        assert.equal(file.putKey("T#k", 0x3000, T0 + 1000), true);
+        assert.equal(file.putKey("T#m", 0x3100, T0 + 2000), true);
+        gate.closed = false;
+        release();
+        await flushing;
+        await file.flush();
+        await file.close();
+        const again = await IndexFile.open({ ...options, path });
+        assert.equal(again.beginPhyOffset, 0x3000);
+        assert.equal(again.beginTimestamp, T0 + 1000);
+        assert.equal(again.endPhyOffset, 0x3100);
+        assert.equal(again.indexCount, 3);
+        const offsets: number[] = [];
+        again.selectPhyOffset(offsets, "T#k", 64, T0, ALL_TIME);
+        assert.deepEqual(offsets, [0x3000]);
         await again.close();
       });
     });

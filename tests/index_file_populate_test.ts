@@ -223,7 +223,7 @@ for (const { adapter, skip } of cases) {
       });
     });
 
-    test("IndexFile.create() advises the header and the slots MADV_RANDOM, the entries MADV_HUGEPAGE", async () => {
+    test("IndexFile advises the header and the slots MADV_RANDOM, and the entries MADV_HUGEPAGE while it has room", async () => {
       await withSegmentEnv(adapter, async (env) => {
         const calls: Advised[] = [];
         const port = advisingPort(env.port, calls);
@@ -255,7 +255,8 @@ for (const { adapter, skip } of cases) {
         }
         assert.equal(file.putKeyHashes(HASHES, 2, 0x100, T0), true);
         await file.close();
-        // A read-only open writes nothing: no advice.
+        const slotsOnly = [{ position: 0, length: entriesPage, advice: "random" }];
+        // A read-only open writes no entry: the slots only.
         calls.length = 0;
         const reader = await IndexFile.open({
           port,
@@ -264,9 +265,35 @@ for (const { adapter, skip } of cases) {
           indexNum: 0x100,
           readOnly: true,
         });
-        assert.deepEqual(calls, []);
+        assert.deepEqual(calls, slotsOnly);
         assert.equal(reader.indexCount, 3);
         await reader.close();
+        // A writable open of a file with room: both, as at creation.
+        calls.length = 0;
+        const writer = await IndexFile.open({ port, path, hashSlotNum: slots, indexNum: 0x100 });
+        assert.deepEqual(calls.map((call) => call.advice), ["random", "hugepage"]);
+        await writer.close();
+        // A full file is never written again: the slots only.
+        const fullPath = `${env.directory}/20261129121453507`;
+        const full = await IndexFile.create({
+          port,
+          path: fullPath,
+          hashSlotNum: slots,
+          indexNum: 3,
+        });
+        assert.equal(full.putKeyHashes(HASHES, 2, 0x100, T0), true);
+        assert.equal(full.isWriteFull, true);
+        await full.flush();
+        await full.close();
+        calls.length = 0;
+        const reopened = await IndexFile.open({
+          port,
+          path: fullPath,
+          hashSlotNum: slots,
+          indexNum: 3,
+        });
+        assert.deepEqual(calls, slotsOnly);
+        await reopened.close();
       });
     });
 

@@ -27,7 +27,7 @@
  * interval of units, and at most that many entries' worth of keys or one
  * thorough interval of them (RocketMQ flushes an index file only when it
  * is full). Measured (1 M messages of 128 B with a distinct key each,
- * killed; Deno): with the index point unknown the reopen re-dispatched
+ * killed): with the index point unknown the reopen re-dispatched
  * the whole log, 0.6 s more than from the point.
  *
  * The threshold is there because a flush of the index writes every page

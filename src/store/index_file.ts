@@ -291,9 +291,7 @@ export class IndexFile {
     // The first entry written starts the pre-fault; a write of the header
     // or of a slot never reaches past the slots.
     if (mapping !== undefined && !readOnly) {
-      const entriesStart = INDEX_HEADER_SIZE_BYTES + this.hashSlotNum * HASH_SLOT_SIZE_BYTES;
-      this.#populateMark = entriesStart;
-      this.#adviseRegions(mapping, entriesStart);
+      this.#populateMark = INDEX_HEADER_SIZE_BYTES + this.hashSlotNum * HASH_SLOT_SIZE_BYTES;
     }
   }
 
@@ -309,7 +307,7 @@ export class IndexFile {
    * page-table fill of the hypervisor's; the commit log, PMD-mapped, does
    * not pay it): one slow entry write in about every 100 messages,
    * 125–140 ns a message of the JavaScript thread (awaited single 1 KiB
-   * puts, V8, per-call timers; 180–200 ns on the other two engines).
+   * puts, one engine, per-call timers; 180–200 ns on the other two).
    * Under `MADV_HUGEPAGE` the kernel reads the entries in as 2 MiB folios
    * and maps each with one PMD: 10 of 10 full blocks so mapped, entry
    * writes over 1.5 µs 3,211 → 214 in 300 k puts (one run each). The
@@ -322,13 +320,21 @@ export class IndexFile {
    * the folios after the first two blocks were 16 KiB again (2 of 11
    * blocks PMD-mapped). The two regions share the file's read-ahead state,
    * which the slots' faults under the default advice presumably reset.
+   *
+   * Only the entries of a writable file with room for more are advised
+   * hugepage: in a full one (loaded at open, never written again) a
+   * lookup's read fault under that advice would read up to 4 MiB in.
    */
-  #adviseRegions(mapping: Mapping, entriesStart: number): void {
+  #adviseRegions(): void {
+    const mapping = this.#mapping;
+    if (mapping === undefined) return;
+    const entriesStart = INDEX_HEADER_SIZE_BYTES + this.hashSlotNum * HASH_SLOT_SIZE_BYTES;
     const page = this.#port.pageSizeBytes;
     const entriesPage = entriesStart - entriesStart % page;
     assert(entriesPage < this.fileSizeBytes, "the entries start inside the file");
     // A file of few slots (tests) has them in the entries' first page.
     if (entriesPage > 0) mapping.advise(0, entriesPage, "random");
+    if (this.#readOnly || this.#indexCount >= this.indexNum) return;
     mapping.advise(entriesPage, this.fileSizeBytes - entriesPage, "hugepage");
   }
 
@@ -341,6 +347,7 @@ export class IndexFile {
     const size = checkedFileSize(options);
     const handle = await options.port.createFile(options.path, size, { sparse: options.sparse });
     const file = await IndexFile.#attach(options, handle, false, true);
+    file.#adviseRegions();
     // A full file is made durable on a roll; its name must be durable too.
     await options.port.syncDirectory(options.path.slice(0, options.path.lastIndexOf("/")));
     const endPhyOffset = options.endPhyOffset ?? 0;
@@ -374,6 +381,7 @@ export class IndexFile {
     await options.port.remove(preparedPath);
     const handle = await options.port.createFile(preparedPath, size, { sparse: options.sparse });
     const file = await IndexFile.#attach(options, handle, false, true);
+    file.#adviseRegions();
     file.#preparedPath = preparedPath;
     try {
       file.#beginTimestamp = PREPARED_TIMESTAMP;
@@ -447,6 +455,7 @@ export class IndexFile {
       }
       file.#loadHeader(new DataView(header.buffer));
     }
+    file.#adviseRegions();
     return file;
   }
 
@@ -1050,7 +1059,11 @@ export class IndexFile {
     return count - cut;
   }
 
-  /** Makes every change durable (msync, or write-back and fdatasync). */
+  /**
+   * Makes every change durable (msync, or write-back and fdatasync). A
+   * header staged while the mapping has no view (see {@link #ensureView})
+   * goes in by a positional write first.
+   */
   async flush(): Promise<void> {
     this.#checkOpen();
     if (!this.isDirty) return;
@@ -1061,11 +1074,16 @@ export class IndexFile {
     try {
       if (this.#mapping !== undefined) {
         const header = this.#header;
-        // No view yet: the header goes in by a positional write, into the
-        // same page cache the mapping shares, which the sync below covers.
-        if (header !== undefined) await this.#handle.write(header.slice(), 0);
-        const page = this.#port.pageSizeBytes;
-        const from = start - start % page;
+        let from = start - start % this.#port.pageSizeBytes;
+        if (header !== undefined) {
+          // No view yet: the header goes in by a positional write, into the
+          // same page cache the mapping shares, which the sync below covers.
+          await this.#handle.write(header.slice(), 0);
+          from = 0;
+          // An entry put during the write made the view and wrote a newer
+          // header there, which the write has just overwritten: again.
+          if (this.#viewed) this.#writeHeader();
+        }
         await this.#mapping.sync(from, end - from);
       } else {
         await this.#handle.write(this.#bytes.subarray(start, end), start);
@@ -1214,7 +1232,7 @@ export class IndexFile {
     // Not read after (`PopulateOptions.read`): the entries are 2 MiB folios
     // (see #adviseRegions), whose first store does not cost what a 4 KiB
     // page's does. With the read, the keyed batch64 128 B row lost 3 of 3
-    // alternated pairs on the V8 runtime (2.56 / 2.72 / 2.28 M against
+    // alternated pairs on one runtime (2.56 / 2.72 / 2.28 M against
     // 2.79 / 2.79 / 2.37 M msgs/s) and was mixed on the other two.
     mapping.populate(from, to - from).catch(this.#onPopulateFailed);
   }
