@@ -286,9 +286,11 @@ class BunLibc implements NativeLibc {
   #adviceWorker = new LibcWorker(LIBC_PATH, "madvise");
   #flushWorkers = new LibcWorkerPool(LIBC_PATH, "msync", FLUSH_WORKERS_MAX);
   /**
-   * Releases mappings whose buffer was collected without being retired: no
-   * view of it is left, so unmapping cannot fault anyone. Keyed by the
-   * buffer, holding (and unregistered by) the state.
+   * Releases mappings collected without being retired: once every holder
+   * (`BunMappingState.holders`: the mapping object or anonymous buffer,
+   * and a file mapping's view once made) is collected, no view of the
+   * range is left, so unmapping cannot fault anyone. Each holder is
+   * registered with the state (which unregisters them all at retirement).
    */
   #orphans = new FinalizationRegistry<BunMappingState>((state) => {
     state.holders--;
