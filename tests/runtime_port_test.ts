@@ -534,10 +534,10 @@ for (const [adapter, portOrError] of created) {
         try {
           mapping.bytes.set(pattern(3 * PAGE, 4), 0);
           // A range ending inside a page, from inside one.
-          const populated = mapping.populate(PAGE + 5, 6 * PAGE + 11);
+          const populated = mapping.populate(PAGE + 5, 6 * PAGE + 11, { read: true });
           mapping.bytes.set(pattern(2 * PAGE, 6), 3 * PAGE);
           await populated;
-          await mapping.populate(7 * PAGE, PAGE);
+          await mapping.populate(7 * PAGE, PAGE, { read: true });
           const expected = new Uint8Array(8 * PAGE);
           expected.set(pattern(3 * PAGE, 4), 0);
           expected.set(pattern(2 * PAGE, 6), 3 * PAGE);

@@ -139,7 +139,7 @@ class NativeBackedMapping implements Mapping {
       position,
       length,
       LINUX.MADV_POPULATE_WRITE,
-      options?.read === true,
+      options,
     );
     if (errno !== 0 && errno !== 22) {
       throw errnoError(errno, "pre-fault (MADV_POPULATE_WRITE)", this.#path);

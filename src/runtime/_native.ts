@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { AdapterName, PageCacheState, RuntimeName } from "./port.ts";
+import type { AdapterName, PageCacheState, PopulateOptions, RuntimeName } from "./port.ts";
 
 /** A live mapping created by a {@link NativeLibc}. */
 export interface NativeMapping {
@@ -73,7 +73,7 @@ export interface NativeLibc {
   /**
    * `madvise` off the JavaScript thread (for `MADV_POPULATE_WRITE`).
    *
-   * With `read`, once `madvise` succeeded, every byte of the range is also
+   * With `options.read`, once `madvise` succeeded, every byte of the range is also
    * read from a thread other than the JavaScript one before the answer
    * (`PopulateOptions.read`): `memcmp` of the range with itself, nothing
    * written, its result unused. A writer storing into the range meanwhile
@@ -85,7 +85,7 @@ export interface NativeLibc {
     position: number,
     length: number,
     advice: number,
-    read?: boolean,
+    options?: PopulateOptions,
   ): Promise<number>;
   /** `mlock` of the whole mapping: 0 or errno. */
   mlock(mapping: NativeMapping): number;

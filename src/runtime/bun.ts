@@ -99,7 +99,7 @@ import {
   type NativeLibc,
   type NativeMapping,
 } from "./_native.ts";
-import type { PageCacheState } from "./port.ts";
+import type { PageCacheState, PopulateOptions } from "./port.ts";
 
 /** `fcntl` command: duplicate a descriptor with `FD_CLOEXEC` set. */
 const F_DUPFD_CLOEXEC = 0x406;
@@ -460,7 +460,7 @@ class BunLibc implements NativeLibc {
     position: number,
     length: number,
     advice: number,
-    read = false,
+    options?: PopulateOptions,
   ): Promise<number> {
     // Advice that drops or changes pages stays on this thread, in program
     // order with the writes around it.
@@ -471,7 +471,7 @@ class BunLibc implements NativeLibc {
     state.inFlight++;
     try {
       const errno = await this.#adviceWorker.call(
-        read ? LIBC_CALL.MADVISE_THEN_READ : LIBC_CALL.MADVISE,
+        options?.read === true ? LIBC_CALL.MADVISE_THEN_READ : LIBC_CALL.MADVISE,
         address,
         alignedLength,
         advice,

@@ -35,7 +35,7 @@ import {
   type NativeLibc,
   type NativeMapping,
 } from "./_native.ts";
-import type { PageCacheState } from "./port.ts";
+import type { PageCacheState, PopulateOptions } from "./port.ts";
 
 /** `MAP_FAILED`, `(void *) -1`, as the unsigned address Deno reports. */
 const MAP_FAILED_ADDRESS = 0xffff_ffff_ffff_ffffn;
@@ -252,7 +252,7 @@ class DenoLibc implements NativeLibc {
     position: number,
     length: number,
     advice: number,
-    read = false,
+    options?: PopulateOptions,
   ): Promise<number> {
     const state = stateOf(mapping);
     if (state.retired) return Promise.resolve(ENOMEM);
@@ -260,7 +260,7 @@ class DenoLibc implements NativeLibc {
       return Promise.resolve(EINVAL);
     }
     const [pointer, alignedLength] = this.#pageRange(state, position, length);
-    if (!read) {
+    if (options?.read !== true) {
       return this.#offThread(
         state,
         () => this.#libc.madvise_nonblocking(pointer, alignedLength, advice),

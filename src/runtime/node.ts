@@ -48,7 +48,7 @@ import {
   type NativeLibc,
   type NativeMapping,
 } from "./_native.ts";
-import type { PageCacheState } from "./port.ts";
+import type { PageCacheState, PopulateOptions } from "./port.ts";
 
 /** `MAP_FAILED`, `(void *)-1`, as koffi returns it for a `uintptr_t`. */
 const MAP_FAILED = 0xffff_ffff_ffff_ffffn;
@@ -390,12 +390,14 @@ function bindLibc(): NativeLibc {
       position: number,
       length: number,
       advice: number,
-      read = false,
+      options?: PopulateOptions,
     ): Promise<number> {
       const errno = await rangeAsync(madvise, "madvise", mapping, position, length, advice);
-      if (errno !== 0 || !read) return errno;
-      // Then the read: a second call, queued when the first one's answer arrives.
-      await rangeAsync(memcmp, "memcmp", mapping, position, length, undefined);
+      if (errno !== 0 || options?.read !== true || rangeOf(mapping).retired) return errno;
+      // Then the read: a second call, queued when the first one's answer
+      // arrives. Only an optimisation: a failed one (koffi's queue of async
+      // calls full) leaves the pre-fault's success standing.
+      await rangeAsync(memcmp, "memcmp", mapping, position, length, undefined).catch(() => 0);
       return 0;
     },
 

@@ -44,6 +44,7 @@ import type {
   FileRange,
   Mapping,
   PageCacheState,
+  PopulateOptions,
   RuntimePort,
 } from "../runtime/port.ts";
 import { type Clock, systemClock } from "./clock.ts";
@@ -1257,7 +1258,7 @@ export class MappedFile {
       if (populate) {
         const writer = options.writerOffset;
         const wroteBefore = writer?.() ?? this.#wrote;
-        await this.#populate(mapping, start, end, options.read === true);
+        await this.#populate(mapping, start, end, { read: options.read });
         if (adaptive && writer !== undefined && this.#wrote === 0) {
           // A segment ahead of its writer: no flush waits for its chunks,
           // and small ones, where a chunk's completion waits for a turn of
@@ -1290,12 +1291,17 @@ export class MappedFile {
   }
 
   /**
-   * Pre-faults `[start, end)` (and reads it: `read`), published as
+   * Pre-faults `[start, end)` (and reads it: `populateOptions.read`), published as
    * {@link MappedFile.#populating} meanwhile.
    */
-  async #populate(mapping: Mapping, start: number, end: number, read: boolean): Promise<void> {
+  async #populate(
+    mapping: Mapping,
+    start: number,
+    end: number,
+    populateOptions: PopulateOptions,
+  ): Promise<void> {
     assert(this.#populating === undefined, "pre-fault chunks run one at a time");
-    const running = mapping.populate(start, end - start, { read });
+    const running = mapping.populate(start, end - start, populateOptions);
     const chunk = { start, end, done: running.then(() => {}, () => {}) };
     this.#populating = chunk;
     try {
