@@ -243,6 +243,19 @@ export function mappingsPort(
         return typeof value === "function" ? value.bind(target) : value;
       },
     });
+  return handlesPort(inner, wrapHandle, only);
+}
+
+/**
+ * `inner`, with every file handle it creates or opens (awaited or
+ * synchronous calls) passed through `wrapHandle`; with `only`, just the
+ * files whose path it accepts.
+ */
+export function handlesPort(
+  inner: RuntimePort,
+  wrapHandle: (handle: FileHandle) => FileHandle,
+  only: (path: string) => boolean = () => true,
+): RuntimePort {
   const wrapIf = (path: unknown, handle: FileHandle): FileHandle =>
     only(String(path)) ? wrapHandle(handle) : handle;
   return new Proxy(inner, {

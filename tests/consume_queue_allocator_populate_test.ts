@@ -96,6 +96,28 @@ async function recordingAllocator(
   };
 }
 
+/** Queue 0 of topic T under `/store`, its allocator's calls logged into `log`. */
+function recordingQueue(): {
+  log: string[];
+  memory: MemoryPort;
+  allocator: ConsumeQueueAllocator;
+  cq: ConsumeQueue;
+} {
+  const log: string[] = [];
+  const memory = new MemoryPort(runtimeName());
+  const port = recordingPort(memory, log);
+  const allocator = new ConsumeQueueAllocator({ port });
+  const cq = new ConsumeQueue({
+    port,
+    rootDirectory: "/store",
+    topic: "T",
+    queueId: 0,
+    mappedFileSizeConsumeQueue: FILE_BYTES,
+    allocator,
+  });
+  return { log, memory, allocator, cq };
+}
+
 describe("ConsumeQueueAllocator roll pre-fault", () => {
   test("request() pre-faults the rolled-into file only after the next file, prepared at the roll, is created", async () => {
     const { log, allocator } = await recordingAllocator();
@@ -183,18 +205,7 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
   });
 
   test("ConsumeQueue pre-faults its first file once it is ⅛ full, not before", async () => {
-    const log: string[] = [];
-    const memory = new MemoryPort(runtimeName());
-    const port = recordingPort(memory, log);
-    const allocator = new ConsumeQueueAllocator({ port });
-    const cq = new ConsumeQueue({
-      port,
-      rootDirectory: "/store",
-      topic: "T",
-      queueId: 0,
-      mappedFileSizeConsumeQueue: FILE_BYTES,
-      allocator,
-    });
+    const { log, allocator, cq } = recordingQueue();
     try {
       await cq.load();
       const units = FILE_BYTES / 20;
@@ -215,19 +226,8 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
   });
 
   test("ConsumeQueue has its files pre-faulted without the read while its runs go in by positional writes", async () => {
-    const log: string[] = [];
-    const memory = new MemoryPort(runtimeName());
+    const { log, memory, allocator, cq } = recordingQueue();
     assert.equal(memory.positionalRunWrites, true);
-    const port = recordingPort(memory, log);
-    const allocator = new ConsumeQueueAllocator({ port });
-    const cq = new ConsumeQueue({
-      port,
-      rootDirectory: "/store",
-      topic: "T",
-      queueId: 0,
-      mappedFileSizeConsumeQueue: FILE_BYTES,
-      allocator,
-    });
     const populated = async () => {
       await allocator.whenIdle();
       for (const file of cq.files) await file.whenPrepared();

@@ -12,7 +12,7 @@ import { describe, test } from "node:test";
 import { PREPARED_TIMESTAMP } from "../src/store/_index_file_constants.ts";
 import { IndexFile } from "../src/store/index_file.ts";
 import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
-import { adapterCases, mappingsPort, withSegmentEnv } from "./_segment_helpers.ts";
+import { adapterCases, handlesPort, mappingsPort, withSegmentEnv } from "./_segment_helpers.ts";
 
 const SLOTS = 64;
 const ENTRIES = 1000;
@@ -32,8 +32,8 @@ function countingPort(inner: RuntimePort, reads: { count: number }): RuntimePort
 }
 
 /**
- * `inner`, its file handles' positional writes at position 0 held until
- * `gate.open()` while `gate.closed`.
+ * `inner`, its file handles' positional writes at position 0, while
+ * `gate.closed`, held until `gate.held` settles.
  */
 function gatedHeaderWritesPort(
   inner: RuntimePort,
@@ -52,16 +52,7 @@ function gatedHeaderWritesPort(
         return typeof value === "function" ? value.bind(target) : value;
       },
     });
-  return new Proxy(inner, {
-    get(target, key) {
-      const value = Reflect.get(target, key);
-      if (typeof value !== "function") return value;
-      if (key === "createFile" || key === "openFile") {
-        return async (...args: unknown[]) => wrapHandle(await value.apply(target, args));
-      }
-      return value.bind(target);
-    },
-  });
+  return handlesPort(inner, wrapHandle);
 }
 
 const cases = await adapterCases();
