@@ -225,6 +225,43 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
     }
   });
 
+  test("ConsumeQueue files still skip the read after a truncation while its runs go in by positional writes", async () => {
+    const { log, allocator, cq } = recordingQueue();
+    const populated = async () => {
+      await allocator.whenIdle();
+      for (const file of cq.files) await file.whenPrepared();
+      return log.filter((line) => line.startsWith("populate"));
+    };
+    try {
+      await cq.load();
+      const units = FILE_BYTES / 20;
+      const run = 0x100;
+      // One unit, then positional runs (≥ 256 units) up to the file's end.
+      assert.equal(await cq.putUnit(0, 100, 0, 0), true);
+      let next = 1;
+      const putRun = (n: number) => {
+        assert.equal(cq.putUniformRunNow(n, next, next * 100, 100, 0), n);
+        next += n;
+      };
+      putRun(units - 1 - run);
+      assert.deepEqual(await populated(), [`populate ${name(0)} (no read)`]);
+      // A truncation at the log's end (cutting nothing) still has the
+      // allocator forget the queue.
+      await cq.truncateDirtyLogicFiles(next * 100);
+      putRun(run);
+      // The next unit rolls into the next file, pre-faulted at the roll.
+      assert.equal(await cq.putUnit(next * 100, 100, 0, next), true);
+      assert.equal(cq.files.length, 2);
+      assert.deepEqual(await populated(), [
+        `populate ${name(0)} (no read)`,
+        `populate ${name(FILE_BYTES)} (no read)`,
+      ]);
+    } finally {
+      await cq.close();
+      await allocator.close();
+    }
+  });
+
   test("ConsumeQueue has its files pre-faulted without the read while its runs go in by positional writes", async () => {
     const { log, memory, allocator, cq } = recordingQueue();
     assert.equal(memory.positionalRunWrites, true);

@@ -1339,6 +1339,8 @@ export class ConsumeQueue {
     this.#maxPhysicOffset = physicalOffset;
     // A file prepared after one that goes now would leave a gap on disk.
     await this.#allocator?.discard(this.directory);
+    // The discard also forgot that this queue's files skip the read.
+    this.#runsPositionally = false;
     this.#preparedAfter = -1;
     // Bounded: each round deletes a file or ends.
     for (let round = this.#queue.files.length; round > 0; round--) {
@@ -1403,6 +1405,7 @@ export class ConsumeQueue {
   async destroy(): Promise<void> {
     await this.#pendingFile?.catch(() => {});
     await this.#allocator?.discard(this.directory);
+    this.#runsPositionally = false;
     this.#preparedAfter = -1;
     await this.#queue.destroy();
     this.#maxPhysicOffset = -1;
