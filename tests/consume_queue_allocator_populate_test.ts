@@ -96,12 +96,17 @@ async function recordingAllocator(
   };
 }
 
-/** Queue 0 of topic T under `/store`, its allocator's calls logged into `log`. */
+/**
+ * Queue 0 of topic T under `/store`, its allocator's calls logged into
+ * `log`; `populated()` waits for the allocator and the files, then returns
+ * the pre-faults logged.
+ */
 function recordingQueue(): {
   log: string[];
   memory: MemoryPort;
   allocator: ConsumeQueueAllocator;
   cq: ConsumeQueue;
+  populated: () => Promise<string[]>;
 } {
   const log: string[] = [];
   const memory = new MemoryPort(runtimeName());
@@ -115,7 +120,12 @@ function recordingQueue(): {
     mappedFileSizeConsumeQueue: FILE_BYTES,
     allocator,
   });
-  return { log, memory, allocator, cq };
+  const populated = async () => {
+    await allocator.whenIdle();
+    for (const file of cq.files) await file.whenPrepared();
+    return log.filter((line) => line.startsWith("populate"));
+  };
+  return { log, memory, allocator, cq, populated };
 }
 
 describe("ConsumeQueueAllocator roll pre-fault", () => {
@@ -226,12 +236,7 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
   });
 
   test("ConsumeQueue files still skip the read after a truncation while its runs go in by positional writes", async () => {
-    const { log, allocator, cq } = recordingQueue();
-    const populated = async () => {
-      await allocator.whenIdle();
-      for (const file of cq.files) await file.whenPrepared();
-      return log.filter((line) => line.startsWith("populate"));
-    };
+    const { allocator, cq, populated } = recordingQueue();
     try {
       await cq.load();
       const units = FILE_BYTES / 20;
@@ -263,13 +268,8 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
   });
 
   test("ConsumeQueue has its files pre-faulted without the read while its runs go in by positional writes", async () => {
-    const { log, memory, allocator, cq } = recordingQueue();
+    const { memory, allocator, cq, populated } = recordingQueue();
     assert.equal(memory.positionalRunWrites, true);
-    const populated = async () => {
-      await allocator.whenIdle();
-      for (const file of cq.files) await file.whenPrepared();
-      return log.filter((line) => line.startsWith("populate"));
-    };
     try {
       await cq.load();
       const units = FILE_BYTES / 20;
