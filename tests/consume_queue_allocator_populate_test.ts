@@ -5,8 +5,8 @@
  * a pre-fault in flight to release the process's mmap lock (the map is
  * logged when asked for: it follows the creation by a few microtasks).
  * A queue's first file, created on demand, is pre-faulted only once the
- * queue is busy (⅛ full, when the next file is prepared), and every file
- * at most once.
+ * queue is busy: by pieces from 16 KiB written on, and the rest once it is
+ * ⅛ full, when the next file is prepared; every page at most once.
  *
  * @module
  */
@@ -34,7 +34,7 @@ function baseName(path: string): string {
  * every pre-fault (`populate <file>`, and `(no read)` after a pre-fault not
  * read from another thread too: consume-queue files always are).
  */
-function recordingPort(port: RuntimePort, log: string[]): RuntimePort {
+function recordingPort(port: RuntimePort, log: string[], ranges?: string[]): RuntimePort {
   const mappingOf = (mapping: Mapping, path: string): Mapping =>
     new Proxy(mapping, {
       get(target, key) {
@@ -43,6 +43,7 @@ function recordingPort(port: RuntimePort, log: string[]): RuntimePort {
           return (position: number, length: number, options?: PopulateOptions) => {
             const read = options?.read === true ? "" : " (no read)";
             log.push(`populate ${baseName(path)}${read}`);
+            ranges?.push(`${baseName(path)} [${position}, ${position + length})`);
             return target.populate(position, length, options);
           };
         }
@@ -101,23 +102,25 @@ async function recordingAllocator(
  * `log`; `populated()` waits for the allocator and the files, then returns
  * the pre-faults logged.
  */
-function recordingQueue(): {
+function recordingQueue(fileBytes = FILE_BYTES): {
   log: string[];
+  ranges: string[];
   memory: MemoryPort;
   allocator: ConsumeQueueAllocator;
   cq: ConsumeQueue;
   populated: () => Promise<string[]>;
 } {
   const log: string[] = [];
+  const ranges: string[] = [];
   const memory = new MemoryPort(runtimeName());
-  const port = recordingPort(memory, log);
+  const port = recordingPort(memory, log, ranges);
   const allocator = new ConsumeQueueAllocator({ port });
   const cq = new ConsumeQueue({
     port,
     rootDirectory: "/store",
     topic: "T",
     queueId: 0,
-    mappedFileSizeConsumeQueue: FILE_BYTES,
+    mappedFileSizeConsumeQueue: fileBytes,
     allocator,
   });
   const populated = async () => {
@@ -125,7 +128,7 @@ function recordingQueue(): {
     for (const file of cq.files) await file.whenPrepared();
     return log.filter((line) => line.startsWith("populate"));
   };
-  return { log, memory, allocator, cq, populated };
+  return { log, ranges, memory, allocator, cq, populated };
 }
 
 describe("ConsumeQueueAllocator roll pre-fault", () => {
@@ -232,6 +235,78 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
     } finally {
       await cq.close();
       await allocator.close();
+    }
+  });
+
+  test("ConsumeQueue pre-faults a first file of 16 KiB or more written by doubling pieces, then the rest at ⅛", async () => {
+    // 16,384 units: ⅛ is 40,960 bytes, past the first piece at 16 KiB.
+    const fileBytes = 20 * 0x4000;
+    const { ranges, cq, populated } = recordingQueue(fileBytes);
+    try {
+      await cq.load();
+      let next = 0;
+      const putUpTo = async (position: number) => {
+        for (; next * 20 < position; next++) await cq.putUnit(next * 100, 100, 0, next);
+        return await populated();
+      };
+      assert.deepEqual(await putUpTo(0x4000 - 20), [], "nothing below 16 KiB");
+      // At 16,400 (the unit past 16 KiB): up to 4 × 16,400, from the writer's next page.
+      assert.equal((await putUpTo(0x4000 + 20)).length, 1);
+      assert.deepEqual(ranges, [`${name(0)} [20480, 69632)`]);
+      // At twice that (32,800): up to 4 × 32,800, from where the first piece ended.
+      await putUpTo(32_800 - 20);
+      assert.equal(ranges.length, 1);
+      await putUpTo(32_800 + 20);
+      assert.deepEqual(ranges.slice(1), [`${name(0)} [69632, 135168)`]);
+      // ⅛ full (40,960): the rest, from there.
+      await putUpTo(40_960 + 20);
+      assert.deepEqual(ranges.slice(2), [`${name(0)} [135168, ${fileBytes})`]);
+      // Nothing more while the file fills.
+      await putUpTo(fileBytes / 2);
+      assert.equal(ranges.length, 3);
+    } finally {
+      await cq.close();
+    }
+  });
+
+  test("populateHead() asks each range once, and nothing for a file pre-faulted whole or sparse", async () => {
+    for (const sparse of [false, true]) {
+      const log: string[] = [];
+      const ranges: string[] = [];
+      const memory = new MemoryPort(runtimeName());
+      await memory.makeDirectory("/q");
+      const allocator = new ConsumeQueueAllocator({
+        port: recordingPort(memory, log, ranges),
+        sparse,
+      });
+      const fileBytes = 0x10_0000;
+      try {
+        const file = await allocator.request(`/q/${name(0)}`, `/q/${name(fileBytes)}`, fileBytes);
+        assert.equal(allocator.populateHead(file, 0x5000), !sparse);
+        // Within what was asked: nothing new.
+        assert.equal(allocator.populateHead(file, 0x4100), !sparse);
+        assert.equal(allocator.populateHead(file, 0x9000), !sparse);
+        await file.whenPrepared();
+        assert.deepEqual(
+          ranges,
+          sparse ? [] : [`${name(0)} [0, 20480)`, `${name(0)} [20480, 36864)`],
+          `sparse ${sparse}`,
+        );
+        // Past the end: the rest, and then no more pieces.
+        assert.equal(allocator.populateHead(file, fileBytes + 1), false);
+        await file.whenPrepared();
+        assert.equal(allocator.populateHead(file, 0xA000), false);
+        allocator.populateRest(file);
+        await file.whenPrepared();
+        assert.deepEqual(
+          ranges.slice(2),
+          sparse ? [] : [`${name(0)} [36864, ${fileBytes})`],
+          `sparse ${sparse}`,
+        );
+        await file.close({ waitMs: 0 });
+      } finally {
+        await allocator.close();
+      }
     }
   });
 

@@ -326,6 +326,23 @@ export interface PrepareOptions {
    */
   writerOffset?: () => number;
   /**
+   * With `populate`, pre-fault from this position on only (and from the
+   * writer's next page if the writer is past it): the pages below it were
+   * asked for already (a queue's file pre-faulted piecewise, see
+   * `endPosition`).
+   *
+   * @default {0}
+   */
+  startPosition?: number;
+  /**
+   * With `populate`, pre-fault below this position only, not to the end
+   * of the file: for a writer that is not known to fill the file yet, so
+   * that it is pre-faulted a bounded distance ahead of the writer.
+   *
+   * @default {the file size}
+   */
+  endPosition?: number;
+  /**
    * Checked before each chunk: true ends the preparation early (the
    * owner is shutting down).
    *
@@ -1207,11 +1224,18 @@ export class MappedFile {
   ): Promise<boolean> {
     const page = this.#port.pageSizeBytes;
     const size = this.fileSizeBytes;
+    // Pre-faulted (and zeros written) below `limit` only; advised to the end.
+    const limit = Math.min(size, options.endPosition ?? size);
     const writerPage = () => this.#wrote - this.#wrote % page;
     // A chunk starts at `at`, and above the writer's page once it wrote.
     const chunkStart = (at: number) => Math.max(at, this.#wrote === 0 ? 0 : writerPage() + page);
-    const from = writerPage();
-    if (!this.#available || from >= size) return false;
+    const startPosition = options.startPosition ?? 0;
+    assert(
+      startPosition % page === 0 && startPosition >= 0,
+      `a preparation starts at a page (${startPosition})`,
+    );
+    const from = Math.max(writerPage(), startPosition);
+    if (!this.#available || from >= limit) return false;
     const random = options.randomAccess !== false;
     const advised = this.#advised;
     if (advised === undefined || advised.random !== random || advised.from > from) {
@@ -1231,7 +1255,7 @@ export class MappedFile {
     // flight, and zeros written through are paced by the flusher.
     const adaptive = !writeZeros && !this.#positionalWrites;
     const live = () => this.#available && options.stopped?.() !== true;
-    for (let at = from; at < size;) {
+    for (let at = from; at < limit;) {
       // The first chunk is done: the first appends find their pages ready.
       if (at > from) headDone();
       // Only pages past the writer's, re-read before each chunk: it faulted
@@ -1240,7 +1264,7 @@ export class MappedFile {
       // in the eyes of a page-cache probe). A flush that reaches into the
       // chunk while it runs waits for it (see #populating).
       let start = chunkStart(at);
-      if (!live() || start >= size) break;
+      if (!live() || start >= limit) break;
       if (populate && options.ahead !== undefined) {
         for (
           let wait = options.ahead(this.fileFromOffset + start);
@@ -1251,9 +1275,9 @@ export class MappedFile {
           await this.#untilRetiring(wait);
           start = chunkStart(at);
         }
-        if (!live() || start >= size) break;
+        if (!live() || start >= limit) break;
       }
-      const end = Math.min(size, start + chunk);
+      const end = Math.min(limit, start + chunk);
       at = end;
       if (populate) {
         const writer = options.writerOffset;

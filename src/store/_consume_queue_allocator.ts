@@ -119,6 +119,12 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
   #unread = new Set<string>();
   /** Files whose pre-fault was started (see {@link populateRest}): each is pre-faulted once. */
   #populated = new WeakSet<MappedFile>();
+  /**
+   * How far the pre-fault of each file not in {@link #populated} was asked
+   * for by {@link populateHead} (a position, page-aligned): the next piece,
+   * or the rest, starts there.
+   */
+  #headEnds = new WeakMap<MappedFile, number>();
   #closing = false;
   /**
    * Directory syncs started after a creation's rename and not ended, by
@@ -243,11 +249,17 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
    * advice, measured). Started first, the pre-fault made that batch of
    * 1000 puts take ~10 ms at every roll (300,000 units), in every run.
    */
-  #populateAfterCreations(file: MappedFile): void {
-    this.#populated.add(file);
+  #populateAfterCreations(file: MappedFile, endPosition?: number): void {
+    const startPosition = this.#headEnds.get(file) ?? 0;
+    if (endPosition === undefined) {
+      this.#populated.add(file);
+      this.#headEnds.delete(file);
+    } else {
+      this.#headEnds.set(file, endPosition);
+    }
     const populate = () => {
       const read = !this.#unread.has(directoryOf(file.path));
-      file.prepare({ populate: true, read }).catch(ignore);
+      file.prepare({ populate: true, read, startPosition, endPosition }).catch(ignore);
     };
     // Never rejects; started (synchronously) by the roll's prepare, which
     // runs before this continuation.
@@ -294,6 +306,31 @@ export class ConsumeQueueAllocator extends AllocateMappedFileService {
   populateRest(file: MappedFile): void {
     if (this.#sparse || this.#closing || this.#populated.has(file)) return;
     this.#populateAfterCreations(file);
+  }
+
+  /**
+   * Pre-faults `file`, a queue's last file, up to `endPosition` (rounded
+   * up to a page), from where the pieces asked for before ended, as
+   * {@link populateRest} does for the rest: a queue calls it at doubling
+   * positions of a file nothing pre-faulted (its first, created on
+   * demand) until it is ⅛ full, so that a busy queue's writer finds its
+   * pages pre-faulted and read from the first tens of KiB on, while what is
+   * pre-faulted stays within a few times what the queue wrote.
+   *
+   * @returns False when the file is pre-faulted whole already (rolled
+   *   into, or {@link populateRest} was called) or never will be (sparse
+   *   files, a closing allocator): the queue need not call again.
+   */
+  populateHead(file: MappedFile, endPosition: number): boolean {
+    if (this.#sparse || this.#closing || this.#populated.has(file)) return false;
+    const page = this.#port.pageSizeBytes;
+    const end = Math.ceil(endPosition / page) * page;
+    if (end >= file.fileSizeBytes) {
+      this.#populateAfterCreations(file);
+      return false;
+    }
+    if (end > (this.#headEnds.get(file) ?? 0)) this.#populateAfterCreations(file, end);
+    return true;
   }
 
   /** Resolves once no file is being created and no directory sync runs. */
