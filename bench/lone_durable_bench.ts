@@ -1,0 +1,169 @@
+/**
+ * One durable producer (issue 7's `durable/…/1/…` cell), with the stores
+ * taking turns in one process: mqstore (SYNC_FLUSH, as the comparison
+ * opens it), the runtime's SQLite (WAL, `synchronous=FULL`) and a raw loop
+ * (each record appended with one positional write and one `fdatasync`
+ * into a file prepared like mqstore's warmed segments), each putting for
+ * `--slice-ms` in turn, so that all three see the same device.
+ *
+ * ```
+ * open      the three, then 200 ms of puts each (untimed)
+ * measure   --seconds in turns of --slice-ms: acks/s, ack latency p50/p90/p99
+ * ```
+ *
+ * Why: this VM's `fdatasync` latency moves by 2–3× from minute to minute,
+ * so the comparison's separate 2 s runs of each store (3 repeats) can put
+ * one store on a fast minute and the other on a slow one: in session 17's
+ * full run mqstore made 0.69× `bun:sqlite` from one slow repeat of three
+ * (p50 431 µs against 151 and 247 in the others). Taking turns every
+ * 100 ms, the ratio holds still while the device does not (session 18,
+ * Bun, 8 runs: mqstore 1.04–1.13× SQLite and 0.88–1.03× the raw loop, its
+ * p50 within a few µs of the raw loop's, while the rates ran from 1.4 k
+ * to 3.9 k acks/s).
+ *
+ * Run: `deno run -A bench/lone_durable_bench.ts`,
+ * `bun bench/lone_durable_bench.ts`,
+ * `node --import tsx bench/lone_durable_bench.ts`. Flags: `--seconds <n>`
+ * (default 9), `--slice-ms <ms>` (default 100), `--size <bytes>` (the
+ * payload; default 1024), `--dir <path>` (default the OS temporary
+ * directory), `--json` (one line). Hold the machine's benchmark lock.
+ *
+ * @module
+ */
+
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import process from "node:process";
+import { performance } from "node:perf_hooks";
+import { createPort } from "../src/runtime/mod.ts";
+import { recordSizeOf } from "../src/record/mod.ts";
+import { prepareSyncFile } from "./_raw_group_commit.ts";
+import type { Peer } from "./compare/_peer.ts";
+import { mqstorePeer } from "./compare/mqstore_peer.ts";
+import { sqlitePeer } from "./compare/sqlite_peer.ts";
+import { percentile, Samples } from "./compare/_stats.ts";
+
+const WARM_UP_MS = 200;
+/** The raw loop's file: 64 MiB, rewound when full. */
+const RAW_FILE_BYTES = 0x400_0000;
+/** The comparison's topic (bench/compare/mqstore_peer.ts): its records' size goes with it. */
+const TOPIC = "BenchTopic";
+
+function flag(name: string): string | undefined {
+  const at = process.argv.indexOf(`--${name}`);
+  return at >= 0 ? process.argv[at + 1] : undefined;
+}
+
+const seconds = Number(flag("seconds") ?? 9);
+const sliceMs = Number(flag("slice-ms") ?? 100);
+const payloadBytes = Number(flag("size") ?? 1024);
+const json = process.argv.includes("--json");
+if (!(seconds > 0) || !(sliceMs > 0) || !Number.isInteger(payloadBytes) || payloadBytes < 1) {
+  throw new RangeError("--seconds and --slice-ms take a positive number, --size a byte count");
+}
+
+/** Appends records of mqstore's size for the payload with a write and an `fdatasync` each. */
+async function rawPeer(directory: string): Promise<Peer> {
+  const file = path.join(directory, "raw.bin");
+  await (await prepareSyncFile(await createPort(), file, RAW_FILE_BYTES)).close();
+  const fd = fs.openSync(file, "r+");
+  // mqstore's record of the payload (no properties): the raw loop writes as many bytes.
+  const record = new Uint8Array(recordSizeOf(0, payloadBytes, TOPIC.length, 0));
+  let position = 0;
+  return {
+    put() {
+      fs.writeSync(fd, record, 0, record.length, position);
+      fs.fdatasyncSync(fd);
+      position += record.length;
+      if (position + record.length > RAW_FILE_BYTES) position = 0;
+      return Promise.resolve();
+    },
+    putBatch() {
+      return Promise.reject(new Error("the raw loop puts one record at a time"));
+    },
+    close() {
+      fs.closeSync(fd);
+      return Promise.resolve();
+    },
+  };
+}
+
+function payload(): Uint8Array {
+  const bytes = new Uint8Array(payloadBytes);
+  let x = 0x9e37_79b9;
+  for (let i = 0; i < payloadBytes; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    bytes[i] = x & 0xff;
+  }
+  return bytes;
+}
+
+const root = fs.mkdtempSync(path.join(flag("dir") ?? os.tmpdir(), "mqstore-lone-"));
+const names = ["mqstore", "sqlite", "raw"] as const;
+const peers: Peer[] = [];
+try {
+  for (const name of names) {
+    const directory = path.join(root, name);
+    fs.mkdirSync(directory);
+    if (name === "raw") peers.push(await rawPeer(directory));
+    else peers.push(await (name === "mqstore" ? mqstorePeer : sqlitePeer).open(directory, "sync"));
+  }
+  const body = payload();
+  for (const peer of peers) {
+    const end = performance.now() + WARM_UP_MS;
+    while (performance.now() < end) await peer.put(body);
+  }
+  const latenciesUs = names.map(() => new Samples());
+  const busyMs = names.map(() => 0);
+  const start = performance.now();
+  for (let turn = 0; performance.now() - start < seconds * 1000; turn++) {
+    const i = turn % peers.length;
+    const peer = peers[i]!;
+    const from = performance.now();
+    const end = from + sliceMs;
+    let t = from;
+    while (t < end) {
+      await peer.put(body);
+      const now = performance.now();
+      latenciesUs[i]!.push((now - t) * 1000);
+      t = now;
+    }
+    busyMs[i]! += t - from;
+  }
+  const rows = names.map((name, i) => {
+    const values = latenciesUs[i]!.values();
+    return {
+      store: name,
+      acksPerS: Math.round(values.length / busyMs[i]! * 1000),
+      p50Us: Math.round(percentile(values, 0.5)),
+      p90Us: Math.round(percentile(values, 0.9)),
+      p99Us: Math.round(percentile(values, 0.99)),
+    };
+  });
+  const [mqstore, sqlite, raw] = rows;
+  const ratios = {
+    mqstoreToSqlite: Number((mqstore!.acksPerS / sqlite!.acksPerS).toFixed(3)),
+    mqstoreToRaw: Number((mqstore!.acksPerS / raw!.acksPerS).toFixed(3)),
+  };
+  if (json) {
+    console.log(JSON.stringify({ payloadBytes, seconds, sliceMs, rows, ...ratios }));
+  } else {
+    console.log(
+      `one durable producer, ${payloadBytes} B payloads, turns of ${sliceMs} ms for ${seconds} s`,
+    );
+    for (const row of rows) {
+      console.log(
+        `${row.store.padEnd(8)} ${
+          String(row.acksPerS).padStart(6)
+        } acks/s  p50 ${row.p50Us} µs  p90 ${row.p90Us} µs  p99 ${row.p99Us} µs`,
+      );
+    }
+    console.log(`mqstore × sqlite ${ratios.mqstoreToSqlite}, × raw ${ratios.mqstoreToRaw}`);
+  }
+} finally {
+  for (const peer of peers) await peer.close();
+  fs.rmSync(root, { recursive: true, force: true });
+}
