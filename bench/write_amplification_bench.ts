@@ -7,7 +7,8 @@
  *
  * ```
  * warm-up   2 s at the rate (files created, first flushes done)
- * measure   --seconds at the rate: dirtied bytes / commit-log bytes
+ * measure   --seconds at the rate: dirtied bytes / commit-log bytes, and the
+ *           CPU time of every thread (user + system) per second
  * ```
  *
  * Run: `deno run -A bench/write_amplification_bench.ts`,
@@ -91,14 +92,16 @@ async function main(): Promise<void> {
     await run(WARM_UP_MS);
     const dirtiedBefore = dirtiedBytes();
     const logBefore = store.maxOffset;
+    const cpuBefore = process.cpuUsage();
     await run(seconds * 1000);
+    const cpu = process.cpuUsage(cpuBefore);
     const dirtied = dirtiedBytes() - dirtiedBefore;
     const log = store.maxOffset - logBefore;
     console.log(
       `rate ${rate}/s, keys ${keys}, ${seconds} s: commit log ${(log / 1e6).toFixed(1)} MB, ` +
         `dirtied ${(dirtied / 1e6).toFixed(1)} MB, ${
           (dirtied / log).toFixed(2)
-        } bytes per log byte`,
+        } bytes per log byte, CPU ${((cpu.user + cpu.system) / 1000 / seconds).toFixed(0)} ms/s`,
     );
   } finally {
     await store.close();
