@@ -47,10 +47,11 @@ const MADVICE: Readonly<Record<Advice, number>> = {
   willneed: LINUX.MADV_WILLNEED,
   dontneed: LINUX.MADV_DONTNEED,
   hugepage: LINUX.MADV_HUGEPAGE,
+  nohugepage: LINUX.MADV_NOHUGEPAGE,
 };
 
-/** No file-cache advice stands for `"hugepage"`: it is for mappings only. */
-const FADVICE: Readonly<Record<Exclude<Advice, "hugepage">, number>> = {
+/** No file-cache advice stands for `"hugepage"` or `"nohugepage"`: they are for mappings only. */
+const FADVICE: Readonly<Record<Exclude<Advice, "hugepage" | "nohugepage">, number>> = {
   normal: LINUX.POSIX_FADV_NORMAL,
   random: LINUX.POSIX_FADV_RANDOM,
   sequential: LINUX.POSIX_FADV_SEQUENTIAL,
@@ -362,7 +363,12 @@ class FsFileHandle implements FileHandle {
   }
 
   adviseCache(position: number, length: number, advice: Advice): void {
-    if (this.#native === undefined || this.#closed || advice === "hugepage") return;
+    if (
+      this.#native === undefined || this.#closed || advice === "hugepage" ||
+      advice === "nohugepage"
+    ) {
+      return;
+    }
     this.#native.fadvise(this.#fd, position, length, FADVICE[advice]);
   }
 

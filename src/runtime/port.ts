@@ -55,7 +55,10 @@ export type AdapterName =
  * 2 MiB folios from the first fault on, where the default advice ramps
  * up to them from 4 KiB over the first megabytes (measured here,
  * pre-faulting 4 MiB of a fresh ext4 file: 1.4–1.6 ms instead of 6–8 ms).
- * Kernels without transparent huge pages ignore it.
+ * Kernels without transparent huge pages ignore it. `"nohugepage"`
+ * (`MADV_NOHUGEPAGE`, mappings only too) takes it back: `"random"` alone
+ * does not, and a fault in a range advised both still makes 2 MiB folios
+ * (Linux 6.18: `FilePmdMapped` in smaps).
  *
  * @example
  * ```ts
@@ -69,7 +72,14 @@ export type AdapterName =
  * await file.close();
  * ```
  */
-export type Advice = "normal" | "random" | "sequential" | "willneed" | "dontneed" | "hugepage";
+export type Advice =
+  | "normal"
+  | "random"
+  | "sequential"
+  | "willneed"
+  | "dontneed"
+  | "hugepage"
+  | "nohugepage";
 
 /**
  * Page-cache state of a file range, from `cachestat(2)` (Linux ≥ 6.5).
