@@ -1,7 +1,9 @@
 /**
  * The commit log's pre-fault lead: under ASYNC_FLUSH, segments are
  * pre-faulted only up to a lead past the write offset (the writer's recent
- * rate times PREFAULT_LEAD_MS, at least `prefaultLeadBytesMin`), so the
+ * rate times PREFAULT_LEAD_MS, at least `prefaultLeadBytesMin` for a fast
+ * writer's large folios and PREFAULT_SMALL_BYTES_MIN for the small folios
+ * of a slow one, or one not measured yet, each chunk advised random), so the
  * segment allocated ahead waits until the writer comes near it, and a
  * segment's own pre-fault stops that far ahead of its writer; the active
  * segment a store warms at start (warmMapedFileEnable) is pre-faulted in
@@ -20,7 +22,11 @@ import { runtimeName } from "../src/runtime/info.ts";
 import type { FileHandle, Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import { type MessageStoreOptions, resolveOptions } from "../src/store/options.ts";
-import { PREFAULT_LEAD_MS, PREFAULT_RATE_WINDOW_MS_MIN } from "../src/commit_log/constants.ts";
+import {
+  PREFAULT_LEAD_MS,
+  PREFAULT_RATE_WINDOW_MS_MIN,
+  PREFAULT_SMALL_BYTES_MIN,
+} from "../src/commit_log/constants.ts";
 import { body, commitLogHandlesPort, settle } from "./_store_helpers.ts";
 
 const MIB = 0x10_0000;
@@ -29,15 +35,23 @@ const SEGMENT_BYTES = 16 * MIB;
 const LEAD_BYTES = 4 * MIB;
 const DIRECTORY = "/store";
 
-/** A populate call on a commit-log mapping: the segment's start offset and the range. */
+/**
+ * A populate or advise call on a commit-log mapping: the segment's start
+ * offset, the range, and the advice (undefined: a populate).
+ */
 interface Populated {
   fileFromOffset: number;
   position: number;
   length: number;
+  advice?: string;
 }
 
-/** Records every `populate` of a commit-log mapping. */
-function recordingPort(inner: RuntimePort, calls: Populated[]): RuntimePort {
+/** Records every `populate` and `advise` of a commit-log mapping (advice in `advised`). */
+function recordingPort(
+  inner: RuntimePort,
+  calls: Populated[],
+  advised: Populated[] = [],
+): RuntimePort {
   const wrapMapping = (mapping: Mapping, fileFromOffset: number): Mapping =>
     new Proxy(mapping, {
       get(target, key) {
@@ -47,6 +61,12 @@ function recordingPort(inner: RuntimePort, calls: Populated[]): RuntimePort {
           return (position: number, length: number) => {
             calls.push({ fileFromOffset, position, length });
             return value.apply(target, [position, length]);
+          };
+        }
+        if (key === "advise") {
+          return (position: number, length: number, advice: string) => {
+            advised.push({ fileFromOffset, position, length, advice });
+            return value.apply(target, [position, length, advice]);
           };
         }
         return value.bind(target);
@@ -83,9 +103,10 @@ async function openLog(
   options: MessageStoreOptions,
   calls: Populated[],
   clock = new ManualClock(1_700_000_000_000),
+  advised: Populated[] = [],
 ): Promise<CommitLog> {
   const memory = new MemoryPort(runtimeName());
-  const port = recordingPort(memory, calls);
+  const port = recordingPort(memory, calls, advised);
   const resolved = resolveOptions({
     mappedFileSizeCommitLog: SEGMENT_BYTES,
     onWarning: () => {},
@@ -117,56 +138,111 @@ async function putUpTo(commitLog: CommitLog, offset: number): Promise<void> {
   }
 }
 
+/** The calls of `segment` whose ranges start at or past `from`. */
+function callsFrom(calls: readonly Populated[], segment: number, from = 0): Populated[] {
+  return calls.filter((call) => call.fileFromOffset === segment && call.position >= from);
+}
+
+/** Whether every populate of `populated` was advised random and nohugepage over its range first. */
+function advisedSmall(populated: readonly Populated[], advised: readonly Populated[]): boolean {
+  const has = (call: Populated, advice: string) =>
+    advised.some((a) =>
+      a.fileFromOffset === call.fileFromOffset && a.position === call.position &&
+      a.length === call.length && a.advice === advice
+    );
+  return populated.every((call) => has(call, "random") && has(call, "nohugepage"));
+}
+
 describe("CommitLog pre-fault lead", () => {
-  test("putMessage() under ASYNC_FLUSH: the segment ahead is pre-faulted only once the writer comes within the lead", async () => {
+  test("putMessage() under ASYNC_FLUSH: a writer not measured yet gets small chunks advised random, and the segment ahead waits for it", async () => {
     const calls: Populated[] = [];
-    const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls);
+    const advised: Populated[] = [];
+    const clock = new ManualClock(1_700_000_000_000);
+    const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, clock, advised);
     try {
       await settle();
-      // The active segment: the first two chunks (each starts within the
-      // lead of the writer at 0), then it waits.
-      assert.equal(populatedEnd(calls, 0), 2 * LEAD_BYTES);
+      // The active segment: the first two small chunks (each starts within
+      // the small lead of the writer at 0), then it waits.
+      assert.equal(populatedEnd(calls, 0), 2 * PREFAULT_SMALL_BYTES_MIN);
       assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead waits");
-      await putUpTo(commitLog, 2 * LEAD_BYTES);
-      await settle();
-      assert.equal(populatedEnd(calls, 0), SEGMENT_BYTES, "the rest follows the writer");
-      assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead still waits");
+      // The clock stands still: no rate is measured, the chunks stay small.
       await putUpTo(commitLog, SEGMENT_BYTES - LEAD_BYTES);
       await settle();
+      const active = callsFrom(calls, 0);
+      assert.ok(active.every((call) => call.length <= PREFAULT_SMALL_BYTES_MIN));
+      assert.ok(advisedSmall(active, advised), "each chunk advised random and nohugepage");
+      assert.ok(populatedEnd(calls, 0) <= commitLog.maxOffset + 2 * PREFAULT_SMALL_BYTES_MIN);
+      assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead still waits");
+      await putUpTo(commitLog, SEGMENT_BYTES - PREFAULT_SMALL_BYTES_MIN);
+      await settle();
       assert.ok(populatedEnd(calls, SEGMENT_BYTES) > 0, "the writer came within the lead");
-      assert.ok(populatedEnd(calls, SEGMENT_BYTES) <= LEAD_BYTES);
+      assert.ok(populatedEnd(calls, SEGMENT_BYTES) <= PREFAULT_SMALL_BYTES_MIN);
+      assert.ok(advisedSmall(callsFrom(calls, SEGMENT_BYTES), advised));
     } finally {
       await commitLog.close();
     }
   });
 
-  test("putMessage() under ASYNC_FLUSH: a fast writer widens the lead to its rate times PREFAULT_LEAD_MS", async () => {
+  test("putMessage() under ASYNC_FLUSH: a slow writer's chunks stay small, within the small lead of it", async () => {
     const calls: Populated[] = [];
+    const advised: Populated[] = [];
     const clock = new ManualClock(1_700_000_000_000);
-    const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, clock);
+    const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, clock, advised);
+    try {
+      await settle();
+      // 60 KiB a second: far below one large folio per flush interval.
+      for (let i = 0; i < 16; i++) {
+        clock.advance(1_000);
+        await putUpTo(commitLog, commitLog.maxOffset + 1);
+        await settle();
+        assert.ok(populatedEnd(calls, 0) <= commitLog.maxOffset + 2 * PREFAULT_SMALL_BYTES_MIN);
+      }
+      const active = callsFrom(calls, 0);
+      assert.ok(populatedEnd(calls, 0) > commitLog.maxOffset, "the pre-fault keeps ahead");
+      assert.ok(active.every((call) => call.length <= PREFAULT_SMALL_BYTES_MIN));
+      assert.ok(advisedSmall(active, advised));
+    } finally {
+      await commitLog.close();
+    }
+  });
+
+  test("putMessage() under ASYNC_FLUSH: a fast writer gets large chunks, not advised random, and the lead of its rate times PREFAULT_LEAD_MS", async () => {
+    const calls: Populated[] = [];
+    const advised: Populated[] = [];
+    const clock = new ManualClock(1_700_000_000_000);
+    const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, clock, advised);
     try {
       await settle();
       assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead waits");
-      // The writer reaches where the active segment's next chunk asks
-      // again, at LEAD_BYTES per PREFAULT_RATE_WINDOW_MS_MIN: a lead of
-      // LEAD_BYTES * PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN, past
-      // the segment ahead's start.
-      assert.ok(LEAD_BYTES * PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN > 2 * SEGMENT_BYTES);
+      // 3 MiB in PREFAULT_RATE_WINDOW_MS_MIN: a lead of 3 MiB *
+      // PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN, past the segment
+      // ahead's start, and far more than two large folios per interval.
+      const bytes = 3 * MIB;
+      assert.ok(bytes * PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN > 2 * SEGMENT_BYTES);
       clock.advance(PREFAULT_RATE_WINDOW_MS_MIN);
-      await putUpTo(commitLog, LEAD_BYTES);
+      const big = { topic: "T", queueId: 0, body: body(bytes) };
+      assert.equal((await commitLog.putMessage(big)).status, "PUT_OK");
       await settle();
       assert.equal(populatedEnd(calls, 0), SEGMENT_BYTES);
       assert.ok(populatedEnd(calls, SEGMENT_BYTES) > 0, "the segment ahead is pre-faulted");
+      // Only the chunks before the rate was measured were advised random.
+      const small = advised.filter((call) => call.advice === "random");
+      assert.ok(small.every((call) => call.fileFromOffset === 0 && call.position < bytes));
+      const large = callsFrom(calls, 0, bytes + 0x1000);
+      assert.ok(large.length > 0 && large.every((call) => call.length > PREFAULT_SMALL_BYTES_MIN));
     } finally {
       await commitLog.close();
     }
   });
 
-  test("putMessage() under ASYNC_FLUSH with warmMapedFileEnable: the active segment is pre-faulted in full, the next one waits", async () => {
+  test("putMessage() under ASYNC_FLUSH with warmMapedFileEnable: the active segment is pre-faulted in full in large folios, the next one waits", async () => {
     const calls: Populated[] = [];
+    const advised: Populated[] = [];
     const commitLog = await openLog(
       { flushDiskType: "ASYNC_FLUSH", warmMapedFileEnable: true },
       calls,
+      undefined,
+      advised,
     );
     try {
       // The first put waits for the warm-up.
@@ -174,6 +250,8 @@ describe("CommitLog pre-fault lead", () => {
       await settle();
       assert.equal(populatedEnd(calls, 0), SEGMENT_BYTES);
       assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0);
+      // Large folios, as warmed: no chunk advised random.
+      assert.ok(!advised.some((call) => call.advice === "random"));
     } finally {
       await commitLog.close();
     }

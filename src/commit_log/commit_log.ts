@@ -57,7 +57,12 @@ import type { RuntimePort } from "../runtime/port.ts";
 import { AllocateMappedFileService } from "../segment/allocate_mapped_file_service.ts";
 import type { Clock } from "../segment/clock.ts";
 import { OS_PAGE_SIZE_BYTES, WRITE_BUFFER_SIZE_BYTES_DEFAULT } from "../segment/constants.ts";
-import type { AppendOutcome, AppendTarget, MappedFile } from "../segment/mapped_file.ts";
+import type {
+  AppendOutcome,
+  AppendTarget,
+  MappedFile,
+  PrefaultPlan,
+} from "../segment/mapped_file.ts";
 import { MappedFileQueue } from "../segment/mapped_file_queue.ts";
 import { TransientStorePool } from "../segment/transient_store_pool.ts";
 import { CommitRealTimeService } from "./commit_real_time_service.ts";
@@ -68,6 +73,7 @@ import {
   PREFAULT_LEAD_MS,
   PREFAULT_RATE_WINDOW_MS_MIN,
   PREFAULT_RECHECK_BYTES,
+  PREFAULT_SMALL_BYTES_MIN,
   PREPARE_IDLE_MS,
 } from "./constants.ts";
 import type { DispatchHints } from "./dispatch_hints.ts";
@@ -81,6 +87,7 @@ import { delayLevelOf, propertyOf, rewriteDelay } from "./_delay.ts";
 import { SCAN_WINDOW_BYTES_DEFAULT, scanCommitLog, type ScanResult } from "./_recovery.ts";
 import { timestampStartIndex } from "./timestamp_start.ts";
 import { BatchEncoder } from "./_batch_encoder.ts";
+import { smallFolioChunkBytes, smallFolios } from "./_folio_rule.ts";
 
 /**
  * How the commit log is made durable: `ASYNC_FLUSH` answers a put once it
@@ -204,6 +211,12 @@ interface FlushWaiter {
 }
 
 const DEFAULT_STORE_HOST = "127.0.0.1:10911";
+
+/** The pre-fault plan of large folios: the segment's own (hugepage) advice, chunks uncapped. */
+const LARGE_FOLIO_PLAN: PrefaultPlan = Object.freeze({
+  randomAccess: false,
+  chunkBytesMax: Number.MAX_SAFE_INTEGER,
+});
 
 /**
  * Longest interval between two checks for an idle gap while the group
@@ -362,6 +375,19 @@ export class CommitLog {
   #aheadFreeBelow = 0;
   /** The least lead, bytes (PREFAULT_LEAD_BYTES_MIN unless a test says). */
   #prefaultLeadBytesMin: number;
+  /**
+   * The folios of the next pre-fault chunks (ASYNC_FLUSH), from the
+   * writer's rate (see {@link #prefaultLead}): small (4 KiB, chunks
+   * advised MADV_RANDOM) until the writer is measured fast, so that a
+   * fresh store's first pages are small ones too; a writer that outruns
+   * them faults large folios itself (the segment's hugepage advice). The
+   * plan {@link #planBound} answers, reused.
+   */
+  #smallFolios = true;
+  #smallPlan: PrefaultPlan = { randomAccess: true, chunkBytesMax: PREFAULT_SMALL_BYTES_MIN };
+  /** Asked before each pre-fault chunk (ASYNC_FLUSH): see {@link #smallFolios}. */
+  #planBound = (offset: number): PrefaultPlan =>
+    this.#smallFolios && offset >= this.#aheadFreeBelow ? this.#smallPlan : LARGE_FOLIO_PLAN;
   /** The writer's rate over the last window, bytes per ms, and where that window ended. */
   #rateBytesPerMs = 0;
   #rateFromMs = 0;
@@ -511,6 +537,7 @@ export class CommitLog {
         writeZeros: this.#writeZeros,
         pace: this.#paceBound,
         ahead: this.#sync ? undefined : this.#aheadBound,
+        plan: this.#sync ? undefined : this.#planBound,
         writerOffset: () => this.queue.maxWrotePosition,
         stopped: () => this.#closed,
         sparse: options.sparseFiles,
@@ -774,6 +801,7 @@ export class CommitLog {
         randomAccess: this.#randomAccess,
         pace: this.#paceBound,
         ahead: this.#sync ? undefined : this.#aheadBound,
+        plan: this.#sync ? undefined : this.#planBound,
         stopped: () => this.#closed,
       }).then(() => {});
       head = last.whenHeadPrepared();
@@ -1029,17 +1057,29 @@ export class CommitLog {
    * The pre-fault lead: what the writer appended in PREFAULT_LEAD_MS at
    * the rate it went over the last window of at least
    * PREFAULT_RATE_WINDOW_MS_MIN (measured here, when a chunk asks: a clock
-   * read per chunk, none per put), and at least the least lead.
+   * read per chunk, none per put), and at least the least lead; for small
+   * folios, at least PREFAULT_SMALL_BYTES_MIN. The rate also picks the
+   * folios of the chunks from here on ({@link #smallFolios}).
    */
   #prefaultLead(wrote: number): number {
     const nowMs = this.#clock.nowMs();
     const elapsedMs = nowMs - this.#rateFromMs;
     if (elapsedMs >= PREFAULT_RATE_WINDOW_MS_MIN) {
-      this.#rateBytesPerMs = Math.max(0, wrote - this.#rateFromOffset) / elapsedMs;
+      const rate = Math.max(0, wrote - this.#rateFromOffset) / elapsedMs;
+      this.#rateBytesPerMs = rate;
       this.#rateFromMs = nowMs;
       this.#rateFromOffset = wrote;
+      this.#smallFolios = smallFolios(
+        this.#smallFolios,
+        rate,
+        this.#options.flushIntervalCommitLog,
+      );
+      this.#smallPlan.chunkBytesMax = smallFolioChunkBytes(rate);
     }
-    return Math.max(this.#prefaultLeadBytesMin, this.#rateBytesPerMs * PREFAULT_LEAD_MS);
+    const timed = this.#rateBytesPerMs * PREFAULT_LEAD_MS;
+    return this.#smallFolios
+      ? Math.max(PREFAULT_SMALL_BYTES_MIN, timed)
+      : Math.max(this.#prefaultLeadBytesMin, timed);
   }
 
   /** Lets the pre-fault chunks waiting for the writer go (they ask again). */

@@ -32,7 +32,7 @@ import { MqStoreError } from "../errors.ts";
 import type { RuntimePort } from "../runtime/port.ts";
 import { type Clock, nextTurn } from "./clock.ts";
 import { ALLOCATE_QUEUE_CAPACITY, TEMPORARY_SUFFIX } from "./constants.ts";
-import { MappedFile } from "./mapped_file.ts";
+import { MappedFile, type PrefaultPlan } from "./mapped_file.ts";
 import type { TransientStorePool } from "./transient_store_pool.ts";
 
 /** Options of {@link AllocateMappedFileService}. */
@@ -75,6 +75,13 @@ export interface AllocateMappedFileServiceOptions {
    * @default {undefined}
    */
   ahead?: (offset: number) => Promise<void> | undefined;
+  /**
+   * Asked before each pre-fault chunk of a new segment, once `ahead` let
+   * it go (see `PrepareOptions.plan`): the chunk's size cap and folios.
+   *
+   * @default {undefined}
+   */
+  plan?: (offset: number) => PrefaultPlan;
   /**
    * The writer's offset (see `PrepareOptions.writerOffset`).
    *
@@ -430,6 +437,7 @@ export class AllocateMappedFileService {
       lock,
       pace: options.pace,
       ahead: options.ahead,
+      plan: options.plan,
       writerOffset: options.writerOffset,
       stopped: () => this.#closed || options.stopped?.() === true,
     });

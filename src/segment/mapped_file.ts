@@ -316,6 +316,18 @@ export interface PrepareOptions {
    */
   ahead?: (offset: number) => Promise<void> | undefined;
   /**
+   * Asked right before each pre-fault chunk, once `ahead` let it go, with
+   * the offset (global, as `fileFromOffset`) the chunk starts at: caps the
+   * chunk's size and may advise it `MADV_RANDOM` (and `MADV_NOHUGEPAGE`,
+   * without which the random advice does not stop 2 MiB folios) before it
+   * is pre-faulted, so that its page cache is made of 4 KiB folios whatever
+   * the rest of the segment is advised. Its owner picks the folio size
+   * chunk by chunk from its writer's rate (see `CommitLog`).
+   *
+   * @default {undefined}
+   */
+  plan?: (offset: number) => PrefaultPlan;
+  /**
    * The writer's offset (global, as `fileFromOffset`), for a segment
    * prepared ahead of it: until the writer reaches the segment, its
    * pre-fault chunks grow to twice what the writer appended while the
@@ -349,6 +361,18 @@ export interface PrepareOptions {
    * @default {undefined}
    */
   stopped?: () => boolean;
+}
+
+/** What {@link PrepareOptions.plan} answers for one pre-fault chunk. */
+export interface PrefaultPlan {
+  /**
+   * Advise the chunk `MADV_RANDOM` and `MADV_NOHUGEPAGE` before it is
+   * pre-faulted: 4 KiB folios. False leaves the chunk the advice the
+   * segment has.
+   */
+  randomAccess: boolean;
+  /** The chunk's largest size, bytes: a positive multiple of the page size. */
+  chunkBytesMax: number;
 }
 
 /** The reusable {@link AppendTarget} of one file. */
@@ -1277,8 +1301,16 @@ export class MappedFile {
         }
         if (!live() || start >= limit) break;
       }
-      const end = Math.min(limit, start + chunk);
+      const plan = options.plan?.(this.fileFromOffset + start);
+      const end = Math.min(limit, start + Math.min(chunk, plan?.chunkBytesMax ?? chunk));
       at = end;
+      if (plan?.randomAccess === true) {
+        assert(plan.chunkBytesMax > 0 && plan.chunkBytesMax % page === 0, "whole-page chunks");
+        // Two madvise calls on the JavaScript thread, each taking the mmap
+        // lock for writing: only for chunks of a slow writer (4 KiB folios).
+        mapping.advise(start, end - start, "random");
+        mapping.advise(start, end - start, "nohugepage");
+      }
       if (populate) {
         const writer = options.writerOffset;
         const wroteBefore = writer?.() ?? this.#wrote;
