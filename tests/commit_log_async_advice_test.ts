@@ -103,7 +103,7 @@ describe("ASYNC_FLUSH segment advice", () => {
   for (const flushDiskType of ["ASYNC_FLUSH", "SYNC_FLUSH"] as FlushDiskType[]) {
     test(
       `MessageStore.open() advises ${flushDiskType} commit-log segments ${
-        flushDiskType === "SYNC_FLUSH" ? "random" : "hugepage, a fresh store's first chunks random"
+        flushDiskType === "SYNC_FLUSH" ? "random" : "hugepage"
       }`,
       async (t) => {
         const port = await createPort({ onNotice: () => {} });
@@ -125,17 +125,15 @@ describe("ASYNC_FLUSH segment advice", () => {
           if (flushDiskType === "SYNC_FLUSH") {
             assert.ok(log.every((advice) => advice === "random"), `advised ${log.join(", ")}`);
           } else {
-            // Large folios from creation on; the first pre-fault chunks of
-            // a writer not measured yet are advised small folios (random,
-            // which alone leaves hugepage ranges 2 MiB folios, then
-            // nohugepage), and the preparation advises nothing else.
+            // Large folios from creation on, for a writer not measured
+            // yet too. A chunk asked once the writer was measured slow
+            // (one put in 20 ms or more, which depends on the machine) is
+            // advised small folios: random, then nohugepage, without which
+            // random leaves a hugepage range 2 MiB folios.
             assert.equal(log[0], "hugepage", `advised ${log.join(", ")}`);
-            const chunks = log.slice(1).filter((advice) => advice !== "hugepage");
-            assert.ok(chunks.length > 0, `advised ${log.join(", ")}`);
-            assert.deepEqual(
-              chunks,
-              chunks.map((_, i) => i % 2 === 0 ? "random" : "nohugepage"),
-            );
+            log.forEach((advice, i) => {
+              if (advice === "random") assert.equal(log[i + 1], "nohugepage", log.join(", "));
+            });
           }
         } finally {
           removeDirectory(directory);

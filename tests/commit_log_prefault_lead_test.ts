@@ -1,9 +1,10 @@
 /**
  * The commit log's pre-fault lead: under ASYNC_FLUSH, segments are
  * pre-faulted only up to a lead past the write offset (the writer's recent
- * rate times PREFAULT_LEAD_MS, at least `prefaultLeadBytesMin` for a fast
- * writer's large folios and PREFAULT_SMALL_BYTES_MIN for the small folios
- * of a slow one, or one not measured yet, each chunk advised random), so the
+ * rate times PREFAULT_LEAD_MS, at least `prefaultLeadBytesMin` for the
+ * large folios of a fast writer or one not measured yet, and
+ * PREFAULT_SMALL_BYTES_MIN for the small folios of a slow one, each chunk
+ * advised random), so the
  * segment allocated ahead waits until the writer comes near it, and a
  * segment's own pre-fault stops that far ahead of its writer; the active
  * segment a store warms at start (warmMapedFileEnable) is pre-faulted in
@@ -28,6 +29,7 @@ import {
   PREFAULT_SMALL_BYTES_MIN,
 } from "../src/commit_log/constants.ts";
 import { body, commitLogHandlesPort, settle } from "./_store_helpers.ts";
+import { smallFolioChunkBytes } from "../src/commit_log/_folio_rule.ts";
 
 const MIB = 0x10_0000;
 /** Four pre-fault chunks (PREPARE_POPULATE_CHUNK_BYTES, 4 MiB) a segment. */
@@ -154,53 +156,64 @@ function advisedSmall(populated: readonly Populated[], advised: readonly Populat
 }
 
 describe("CommitLog pre-fault lead", () => {
-  test("putMessage() under ASYNC_FLUSH: a writer not measured yet gets small chunks advised random, and the segment ahead waits for it", async () => {
+  test("putMessage() under ASYNC_FLUSH: a writer not measured yet gets large chunks up to the least lead, and the segment ahead waits for it", async () => {
     const calls: Populated[] = [];
     const advised: Populated[] = [];
-    const clock = new ManualClock(1_700_000_000_000);
-    const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, clock, advised);
+    const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, undefined, advised);
     try {
       await settle();
-      // The active segment: the first two small chunks (each starts within
-      // the small lead of the writer at 0), then it waits.
-      assert.equal(populatedEnd(calls, 0), 2 * PREFAULT_SMALL_BYTES_MIN);
+      // The active segment: the first two chunks (each starts within the
+      // lead of the writer at 0), then it waits.
+      assert.equal(populatedEnd(calls, 0), 2 * LEAD_BYTES);
       assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead waits");
-      // The clock stands still: no rate is measured, the chunks stay small.
+      // The clock stands still: no rate is measured, the chunks stay large.
+      await putUpTo(commitLog, 2 * LEAD_BYTES);
+      await settle();
+      assert.equal(populatedEnd(calls, 0), SEGMENT_BYTES, "the rest follows the writer");
+      assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead still waits");
       await putUpTo(commitLog, SEGMENT_BYTES - LEAD_BYTES);
       await settle();
-      const active = callsFrom(calls, 0);
-      assert.ok(active.every((call) => call.length <= PREFAULT_SMALL_BYTES_MIN));
-      assert.ok(advisedSmall(active, advised), "each chunk advised random and nohugepage");
-      assert.ok(populatedEnd(calls, 0) <= commitLog.maxOffset + 2 * PREFAULT_SMALL_BYTES_MIN);
-      assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead still waits");
-      await putUpTo(commitLog, SEGMENT_BYTES - PREFAULT_SMALL_BYTES_MIN);
-      await settle();
       assert.ok(populatedEnd(calls, SEGMENT_BYTES) > 0, "the writer came within the lead");
-      assert.ok(populatedEnd(calls, SEGMENT_BYTES) <= PREFAULT_SMALL_BYTES_MIN);
-      assert.ok(advisedSmall(callsFrom(calls, SEGMENT_BYTES), advised));
+      assert.ok(populatedEnd(calls, SEGMENT_BYTES) <= LEAD_BYTES);
+      assert.ok(!advised.some((call) => call.advice === "random"), "no chunk advised random");
     } finally {
       await commitLog.close();
     }
   });
 
-  test("putMessage() under ASYNC_FLUSH: a slow writer's chunks stay small, within the small lead of it", async () => {
+  test("putMessage() under ASYNC_FLUSH: a slow writer's chunks are small, advised random, within the small lead of it", async () => {
     const calls: Populated[] = [];
     const advised: Populated[] = [];
     const clock = new ManualClock(1_700_000_000_000);
     const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, clock, advised);
     try {
       await settle();
-      // 60 KiB a second: far below one large folio per flush interval.
+      // The first lead, pre-faulted at open, is large folios; the chunk
+      // after it asks when the writer comes within the lead, having
+      // appended LEAD_BYTES in 10 s: far below one large folio per flush
+      // interval.
+      const opened = populatedEnd(calls, 0);
+      clock.advance(10_000);
+      await putUpTo(commitLog, opened - LEAD_BYTES);
+      await settle();
+      clock.advance(10_000);
+      await putUpTo(commitLog, opened - 2 * PREFAULT_SMALL_BYTES_MIN);
+      await settle();
+      // 60 KiB a second from here on, into the small chunks.
       for (let i = 0; i < 16; i++) {
         clock.advance(1_000);
         await putUpTo(commitLog, commitLog.maxOffset + 1);
         await settle();
-        assert.ok(populatedEnd(calls, 0) <= commitLog.maxOffset + 2 * PREFAULT_SMALL_BYTES_MIN);
       }
-      const active = callsFrom(calls, 0);
-      assert.ok(populatedEnd(calls, 0) > commitLog.maxOffset, "the pre-fault keeps ahead");
-      assert.ok(active.every((call) => call.length <= PREFAULT_SMALL_BYTES_MIN));
-      assert.ok(advisedSmall(active, advised));
+      const small = callsFrom(calls, 0, opened);
+      assert.ok(small.length > 0, "chunks past the first lead");
+      // Chunks of PREFAULT_LEAD_MS of the fastest rate measured (4 MiB in 10 s).
+      const chunkMax = smallFolioChunkBytes(LEAD_BYTES / 10_000);
+      assert.ok(chunkMax < LEAD_BYTES);
+      assert.ok(small.every((call) => call.length <= chunkMax));
+      assert.ok(advisedSmall(small, advised), "each chunk advised random and nohugepage");
+      assert.ok(populatedEnd(calls, 0) <= commitLog.maxOffset + 2 * chunkMax);
+      assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead waits");
     } finally {
       await commitLog.close();
     }
@@ -214,22 +227,17 @@ describe("CommitLog pre-fault lead", () => {
     try {
       await settle();
       assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead waits");
-      // 3 MiB in PREFAULT_RATE_WINDOW_MS_MIN: a lead of 3 MiB *
-      // PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN, past the segment
-      // ahead's start, and far more than two large folios per interval.
-      const bytes = 3 * MIB;
-      assert.ok(bytes * PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN > 2 * SEGMENT_BYTES);
+      // The writer reaches where the active segment's next chunk asks
+      // again, at LEAD_BYTES per PREFAULT_RATE_WINDOW_MS_MIN: a lead of
+      // LEAD_BYTES * PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN, past
+      // the segment ahead's start.
+      assert.ok(LEAD_BYTES * PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN > 2 * SEGMENT_BYTES);
       clock.advance(PREFAULT_RATE_WINDOW_MS_MIN);
-      const big = { topic: "T", queueId: 0, body: body(bytes) };
-      assert.equal((await commitLog.putMessage(big)).status, "PUT_OK");
+      await putUpTo(commitLog, LEAD_BYTES);
       await settle();
       assert.equal(populatedEnd(calls, 0), SEGMENT_BYTES);
       assert.ok(populatedEnd(calls, SEGMENT_BYTES) > 0, "the segment ahead is pre-faulted");
-      // Only the chunks before the rate was measured were advised random.
-      const small = advised.filter((call) => call.advice === "random");
-      assert.ok(small.every((call) => call.fileFromOffset === 0 && call.position < bytes));
-      const large = callsFrom(calls, 0, bytes + 0x1000);
-      assert.ok(large.length > 0 && large.every((call) => call.length > PREFAULT_SMALL_BYTES_MIN));
+      assert.ok(!advised.some((call) => call.advice === "random"), "no chunk advised random");
     } finally {
       await commitLog.close();
     }

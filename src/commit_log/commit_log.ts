@@ -378,12 +378,16 @@ export class CommitLog {
   /**
    * The folios of the next pre-fault chunks (ASYNC_FLUSH), from the
    * writer's rate (see {@link #prefaultLead}): small (4 KiB, chunks
-   * advised MADV_RANDOM) until the writer is measured fast, so that a
-   * fresh store's first pages are small ones too; a writer that outruns
-   * them faults large folios itself (the segment's hugepage advice). The
-   * plan {@link #planBound} answers, reused.
+   * advised MADV_RANDOM) for a slow writer. Large until the rate is first
+   * measured, as before: starting small, a burst of puts right after open
+   * (`bench/compare`'s `mqstore-batch/128`, 3 alternated pairs) lost 3 of
+   * 3 on Bun (2.67 M records/s against 4.31 M, medians) and on Node
+   * (3.17 against 3.61), where the lead's pre-fault of large folios from
+   * open on now runs beside the first puts. So a slow writer's first lead
+   * (PREFAULT_LEAD_BYTES_MIN) is large folios. The plan {@link #planBound}
+   * answers, reused.
    */
-  #smallFolios = true;
+  #smallFolios = false;
   #smallPlan: PrefaultPlan = { randomAccess: true, chunkBytesMax: PREFAULT_SMALL_BYTES_MIN };
   /** Asked before each pre-fault chunk (ASYNC_FLUSH): see {@link #smallFolios}. */
   #planBound = (offset: number): PrefaultPlan =>
@@ -457,7 +461,9 @@ export class CommitLog {
    * MADV_RANDOM). So FlushRealTimeService keeps flushes woken by puts off
    * the writer's folio (1.14), and interval flushes rewrite it at most
    * once per flushIntervalCommitLog (1.16–1.18 at 5–30 MB/s, 1.02 under
-   * MADV_RANDOM; 2.1 against 1.2 at 0.1 MB/s).
+   * MADV_RANDOM; 2.1 against 1.2 at 0.1 MB/s). That once per interval is
+   * still a whole folio: a slow writer's pre-fault chunks are advised
+   * MADV_RANDOM all the same (see #smallFolios).
    */
   get #randomAccess(): boolean {
     return this.#sync;
