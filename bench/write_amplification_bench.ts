@@ -6,7 +6,7 @@
  * key each.
  *
  * ```
- * warm-up   2 s at the rate (files created, first flushes done)
+ * warm-up   --warm-up s at the rate (files created, first flushes done)
  * measure   --seconds at the rate: dirtied bytes / commit-log bytes, and the
  *           CPU time of every thread (user + system) per second
  * ```
@@ -15,7 +15,9 @@
  * `bun bench/write_amplification_bench.ts`,
  * `node --import tsx bench/write_amplification_bench.ts`. Flags: `--rate
  * <msgs/s>` (default 2,000), `--seconds <n>` (default 10), `--keys
- * random|sequential|none` (default random), `--root <path>` (the checkout
+ * random|sequential|none` (default random), `--warm-up <s>` (default 2;
+ * past the commit log's first pre-fault lead, 64 MiB of large folios
+ * whatever the rate, for a slow writer's steady state), `--root <path>` (the checkout
  * whose `src/` is measured, for A/B runs against a copy; default this
  * one). Linux only (`/proc/self/io`).
  *
@@ -32,7 +34,6 @@ import { fileURLToPath } from "node:url";
 const TOPIC = "AmpBench";
 const QUEUES = 4;
 const BODY_BYTES = 1024;
-const WARM_UP_MS = 2_000;
 /** Puts are paced in slices of this length. */
 const SLICE_MS = 10;
 
@@ -44,6 +45,7 @@ function flag(name: string): string | undefined {
 const rate = Number(flag("rate") ?? 2_000);
 const seconds = Number(flag("seconds") ?? 10);
 const keys = flag("keys") ?? "random";
+const warmUpMs = Number(flag("warm-up") ?? 2) * 1000;
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(flag("root") ?? path.join(here, ".."));
 
@@ -89,7 +91,7 @@ async function main(): Promise<void> {
     }
   };
   try {
-    await run(WARM_UP_MS);
+    await run(warmUpMs);
     const dirtiedBefore = dirtiedBytes();
     const logBefore = store.maxOffset;
     const cpuBefore = process.cpuUsage();
