@@ -102,7 +102,7 @@ describe("huge-page advice", () => {
     await file.close();
   });
 
-  test("Mapping.advise() with hugepage marks a real mapping for huge pages", async (t) => {
+  test("Mapping.advise() with hugepage marks a real mapping for huge pages, and nohugepage unmarks it", async (t) => {
     const port = await createPort({ onNotice: () => {} });
     if (!port.canMap || !fs.existsSync("/sys/kernel/mm/transparent_hugepage")) {
       t.skip("needs a mapping adapter on Linux with transparent huge pages");
@@ -117,8 +117,15 @@ describe("huge-page advice", () => {
       assert.ok(!vmFlagsOf(path)?.includes("hg"), `flags ${vmFlagsOf(path)?.join(" ")}`);
       mapping.advise(0, SEGMENT_BYTES, "hugepage");
       assert.ok(vmFlagsOf(path)?.includes("hg"), `flags ${vmFlagsOf(path)?.join(" ")}`);
-      // As file-cache advice it does nothing (no posix_fadvise stands for it).
+      // Random advice leaves the huge-page mark; nohugepage takes it back.
+      mapping.advise(0, SEGMENT_BYTES, "random");
+      assert.ok(vmFlagsOf(path)?.includes("hg"), `flags ${vmFlagsOf(path)?.join(" ")}`);
+      mapping.advise(0, SEGMENT_BYTES, "nohugepage");
+      const flags = vmFlagsOf(path);
+      assert.ok(!flags?.includes("hg") && flags?.includes("nh"), `flags ${flags?.join(" ")}`);
+      // As file-cache advice they do nothing (no posix_fadvise stands for them).
       handle.adviseCache(0, SEGMENT_BYTES, "hugepage");
+      handle.adviseCache(0, SEGMENT_BYTES, "nohugepage");
       mapping.bytes[0] = 1;
       mapping.unmap();
       await handle.close();
