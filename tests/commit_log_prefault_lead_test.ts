@@ -189,13 +189,15 @@ describe("CommitLog pre-fault lead", () => {
     try {
       await settle();
       // The first lead, pre-faulted at open, is large folios; the chunk
-      // after it asks when the writer comes within the lead, having
-      // appended LEAD_BYTES in 10 s: far below one large folio per flush
-      // interval.
-      const opened = populatedEnd(calls, 0);
-      clock.advance(10_000);
-      await putUpTo(commitLog, opened - LEAD_BYTES);
+      // asked once the writer came within the lead starts the first window
+      // (no rate before the first put), and the one after it measures
+      // LEAD_BYTES in 10 s: far below one large folio per flush interval.
+      await putUpTo(commitLog, LEAD_BYTES);
       await settle();
+      clock.advance(10_000);
+      await putUpTo(commitLog, 2 * LEAD_BYTES);
+      await settle();
+      const opened = populatedEnd(calls, 0);
       clock.advance(10_000);
       await putUpTo(commitLog, opened - 2 * PREFAULT_SMALL_BYTES_MIN);
       await settle();
@@ -232,8 +234,11 @@ describe("CommitLog pre-fault lead", () => {
       // LEAD_BYTES * PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN, past
       // the segment ahead's start.
       assert.ok(LEAD_BYTES * PREFAULT_LEAD_MS / PREFAULT_RATE_WINDOW_MS_MIN > 2 * SEGMENT_BYTES);
-      clock.advance(PREFAULT_RATE_WINDOW_MS_MIN);
+      // The chunk asked at LEAD_BYTES starts the first window.
       await putUpTo(commitLog, LEAD_BYTES);
+      await settle();
+      clock.advance(PREFAULT_RATE_WINDOW_MS_MIN);
+      await putUpTo(commitLog, 2 * LEAD_BYTES);
       await settle();
       assert.equal(populatedEnd(calls, 0), SEGMENT_BYTES);
       assert.ok(populatedEnd(calls, SEGMENT_BYTES) > 0, "the segment ahead is pre-faulted");

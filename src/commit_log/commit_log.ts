@@ -379,13 +379,14 @@ export class CommitLog {
    * The folios of the next pre-fault chunks (ASYNC_FLUSH), from the
    * writer's rate (see {@link #prefaultLead}): small (4 KiB, chunks
    * advised MADV_RANDOM) for a slow writer. Large until the rate is first
-   * measured, as before: starting small, a burst of puts right after open
-   * (`bench/compare`'s `mqstore-batch/128`, 3 alternated pairs) lost 3 of
-   * 3 on Bun (2.67 M records/s against 4.31 M, medians) and on Node
-   * (3.17 against 3.61), where the lead's pre-fault of large folios from
-   * open on now runs beside the first puts. So a slow writer's first lead
-   * (PREFAULT_LEAD_BYTES_MIN) is large folios. The plan {@link #planBound}
-   * answers, reused.
+   * measured, after the first put since the open, as before: starting
+   * small, a burst of puts right after the open (`bench/compare`'s
+   * `mqstore-batch/128`, 3 alternated pairs) lost 3 of 3 on Bun (2.67 M
+   * records/s against 4.31 M, medians) and on Node (3.17 against 3.61),
+   * where the lead's pre-fault of large folios from the open on runs beside
+   * the first puts. So the chunks a slow writer's store pre-faults before
+   * its first put and in the first window after it (8–30 MiB here) are
+   * large folios. The plan {@link #planBound} answers, reused.
    */
   #smallFolios = false;
   #smallPlan: PrefaultPlan = { randomAccess: true, chunkBytesMax: PREFAULT_SMALL_BYTES_MIN };
@@ -394,7 +395,7 @@ export class CommitLog {
     this.#smallFolios && offset >= this.#aheadFreeBelow ? this.#smallPlan : LARGE_FOLIO_PLAN;
   /** The writer's rate over the last window, bytes per ms, and where that window ended. */
   #rateBytesPerMs = 0;
-  #rateFromMs = 0;
+  #rateFromMs = Number.NaN;
   #rateFromOffset = 0;
   /** See {@link CommitLog.lastFlushWait}. */
   #lastFlushWait: Promise<PutMessageResult> | undefined;
@@ -792,7 +793,7 @@ export class CommitLog {
     const last = this.queue.lastFile;
     let preparation: Promise<void>;
     let head: Promise<void>;
-    this.#rateFromMs = this.#clock.nowMs();
+    this.#rateFromMs = Number.NaN;
     this.#rateFromOffset = this.#startOffset;
     if (this.#options.warmMapedFileEnable) {
       const activeFrom = last !== undefined && !last.isFull
@@ -1070,7 +1071,17 @@ export class CommitLog {
   #prefaultLead(wrote: number): number {
     const nowMs = this.#clock.nowMs();
     const elapsedMs = nowMs - this.#rateFromMs;
-    if (elapsedMs >= PREFAULT_RATE_WINDOW_MS_MIN) {
+    // The first window starts at the first chunk asked after the first
+    // put since the open (NaN until then): from the open on, creating a
+    // fresh segment alone takes longer than a window, and a burst of puts
+    // right after the open was measured slow and started with small
+    // folios (see #smallFolios).
+    if (Number.isNaN(this.#rateFromMs)) {
+      if (wrote !== this.#startOffset) {
+        this.#rateFromMs = nowMs;
+        this.#rateFromOffset = wrote;
+      }
+    } else if (elapsedMs >= PREFAULT_RATE_WINDOW_MS_MIN) {
       const rate = Math.max(0, wrote - this.#rateFromOffset) / elapsedMs;
       this.#rateBytesPerMs = rate;
       this.#rateFromMs = nowMs;
