@@ -381,8 +381,9 @@ export class CommitLog {
    * advised MADV_RANDOM) for a slow writer. Large until the rate is first
    * measured, after the first put since the open, as before: starting
    * small, a burst of puts right after the open (`bench/compare`'s
-   * `mqstore-batch/128`, 3 alternated pairs) lost 3 of 3 on Bun (2.67 M
-   * records/s against 4.31 M, medians) and on Node (3.17 against 3.61),
+   * `mqstore-batch/128`, 3 alternated pairs) lost 3 of 3 on two of the
+   * three runtimes (2.67 M records/s against 4.31 M, and 3.17 against
+   * 3.61, medians),
    * where the lead's pre-fault of large folios from the open on runs beside
    * the first puts. So the chunks a slow writer's store pre-faults before
    * its first put and in the first window after it (8–30 MiB here) are

@@ -121,7 +121,7 @@ export const PREFAULT_RATE_WINDOW_MS_MIN = 20;
  * here the first store from user space to each 4 KiB page costs 8–16 µs
  * (a page of a 2 MiB folio mapped whole, 0.1 µs), and the pre-fault and
  * write-back cost more per byte. At 10,000 1 KiB messages a second (10
- * MB/s, 2.5 folios an interval) the process took 78–125 ms of CPU a
+ * MB/s, 2.5 folios an interval) the store used 78–125 ms of CPU a
  * second with small folios against 37–67 with large ones. At two folios
  * an interval, large ones cost at most half as many bytes more.
  */
