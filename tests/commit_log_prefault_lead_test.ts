@@ -145,13 +145,20 @@ function callsFrom(calls: readonly Populated[], segment: number, from = 0): Popu
   return calls.filter((call) => call.fileFromOffset === segment && call.position >= from);
 }
 
-/** Whether every populate of `populated` was advised random and nohugepage over its range first. */
+/**
+ * Whether every populate of `populated` lies in a range advised random
+ * and nohugepage to the end of its segment, by one call of each for the
+ * segment: one advised region from the first small chunk on, whatever
+ * the writer overtook between chunks.
+ */
 function advisedSmall(populated: readonly Populated[], advised: readonly Populated[]): boolean {
-  const has = (call: Populated, advice: string) =>
-    advised.some((a) =>
-      a.fileFromOffset === call.fileFromOffset && a.position === call.position &&
-      a.length === call.length && a.advice === advice
+  const has = (call: Populated, advice: string) => {
+    const calls = advised.filter((a) =>
+      a.fileFromOffset === call.fileFromOffset && a.advice === advice
     );
+    return calls.length === 1 && calls[0]!.position <= call.position &&
+      calls[0]!.position + calls[0]!.length === SEGMENT_BYTES;
+  };
   return populated.every((call) => has(call, "random") && has(call, "nohugepage"));
 }
 
@@ -213,9 +220,66 @@ describe("CommitLog pre-fault lead", () => {
       const chunkMax = smallFolioChunkBytes(LEAD_BYTES / 10_000);
       assert.ok(chunkMax < LEAD_BYTES);
       assert.ok(small.every((call) => call.length <= chunkMax));
-      assert.ok(advisedSmall(small, advised), "each chunk advised random and nohugepage");
+      assert.ok(advisedSmall(small, advised), "advised random and nohugepage once, to the end");
       assert.ok(populatedEnd(calls, 0) <= commitLog.maxOffset + 2 * chunkMax);
       assert.equal(populatedEnd(calls, SEGMENT_BYTES), 0, "the segment ahead waits");
+    } finally {
+      await commitLog.close();
+    }
+  });
+
+  test("putMessage() under ASYNC_FLUSH: a slow writer that speeds up gets the segment's own advice back from its next chunk on, by one call of each", async () => {
+    const calls: Populated[] = [];
+    const advised: Populated[] = [];
+    const clock = new ManualClock(1_700_000_000_000);
+    const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, clock, advised);
+    try {
+      await settle();
+      // Slow, as in the test above: small chunks past the first lead.
+      await putUpTo(commitLog, LEAD_BYTES);
+      await settle();
+      clock.advance(10_000);
+      await putUpTo(commitLog, 2 * LEAD_BYTES);
+      await settle();
+      const opened = populatedEnd(calls, 0);
+      clock.advance(10_000);
+      await putUpTo(commitLog, opened - 2 * PREFAULT_SMALL_BYTES_MIN);
+      await settle();
+      for (let i = 0; i < 4; i++) {
+        clock.advance(1_000);
+        await putUpTo(commitLog, commitLog.maxOffset + 1);
+        await settle();
+      }
+      const smallFrom = advised.find((a) => a.fileFromOffset === 0 && a.advice === "nohugepage");
+      assert.ok(smallFrom !== undefined, "small folios were advised");
+      // Fast: 1 MiB while the clock stands still (no window ends), then a
+      // window of PREFAULT_RATE_WINDOW_MS_MIN ends at the next chunk's
+      // ask: far past two large folios per flush interval.
+      await putUpTo(commitLog, commitLog.maxOffset + MIB);
+      await settle();
+      clock.advance(PREFAULT_RATE_WINDOW_MS_MIN);
+      await putUpTo(commitLog, commitLog.maxOffset + 2 * PREFAULT_SMALL_BYTES_MIN);
+      await settle();
+      const sequence = advised
+        .filter((a) => a.fileFromOffset === 0 && a.position >= smallFrom.position)
+        .map((a) =>
+          `${a.advice} ${a.position + a.length === SEGMENT_BYTES ? "to the end" : "a range"}`
+        );
+      assert.deepEqual(sequence, [
+        "random to the end",
+        "nohugepage to the end",
+        "normal to the end",
+        "hugepage to the end",
+      ]);
+      const back = advised.find((a) =>
+        a.fileFromOffset === 0 && a.advice === "hugepage" && a.position > 0
+      )!;
+      assert.ok(back.position > smallFrom.position);
+      // The large lead (at least LEAD_BYTES) again.
+      assert.ok(
+        populatedEnd(calls, 0) >= Math.min(SEGMENT_BYTES, commitLog.maxOffset + LEAD_BYTES),
+        "pre-faulted a large lead ahead of the writer",
+      );
     } finally {
       await commitLog.close();
     }

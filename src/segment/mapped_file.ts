@@ -318,11 +318,11 @@ export interface PrepareOptions {
   /**
    * Asked right before each pre-fault chunk, once `ahead` let it go, with
    * the offset (global, as `fileFromOffset`) the chunk starts at: caps the
-   * chunk's size and may advise it `MADV_RANDOM` (and `MADV_NOHUGEPAGE`,
-   * without which the random advice does not stop 2 MiB folios) before it
-   * is pre-faulted, so that its page cache is made of 4 KiB folios whatever
-   * the rest of the segment is advised. Its owner picks the folio size
-   * chunk by chunk from its writer's rate (see `CommitLog`).
+   * chunk's size and may ask for 4 KiB folios from the chunk on
+   * (`MADV_RANDOM`, and `MADV_NOHUGEPAGE`, without which the random advice
+   * does not stop 2 MiB folios), or for the segment's own advice again,
+   * before it is pre-faulted. Its owner picks the folio size chunk by
+   * chunk from its writer's rate (see `CommitLog`).
    *
    * @default {undefined}
    */
@@ -366,12 +366,16 @@ export interface PrepareOptions {
 /** What {@link PrepareOptions.plan} answers for one pre-fault chunk. */
 export interface PrefaultPlan {
   /**
-   * Advise the chunk `MADV_RANDOM` and `MADV_NOHUGEPAGE` before it is
-   * pre-faulted: 4 KiB folios. False leaves the chunk the advice the
-   * segment has.
+   * 4 KiB folios: the chunk and the rest of the file are advised
+   * `MADV_RANDOM` and `MADV_NOHUGEPAGE` before the chunk is pre-faulted
+   * (unless they are already). False: the segment's own advice, given
+   * back to the chunk and the rest of the file if they had the other.
    */
   randomAccess: boolean;
-  /** The chunk's largest size, bytes: a positive multiple of the page size. */
+  /**
+   * The chunk's largest size, bytes: rounded down to whole pages, at
+   * least one; `Number.MAX_SAFE_INTEGER` for no cap.
+   */
   chunkBytesMax: number;
 }
 
@@ -475,7 +479,7 @@ export class MappedFile {
    * fresh store: 448 such calls on the JavaScript thread instead of 256,
    * single waits up to 21 ms, seen with the mmap_lock tracepoints).
    */
-  #advised: { from: number; random: boolean } | undefined;
+  #advised: { from: number; random: boolean; smallFrom?: number } | undefined;
   /** Resolves when closing begins: ends a preparation's wait for its pace. */
   #retiring: Promise<void> | undefined;
   #resolveRetiring: (() => void) | undefined;
@@ -1241,6 +1245,42 @@ export class MappedFile {
     return this.#preparing === undefined ? Promise.resolve() : this.#preparing.then(() => {});
   }
 
+  /**
+   * Gives the pages from `position` to the end of the file the folios
+   * `plan` asks for, only where that changes their advice (see
+   * `PrepareOptions.plan`): small ones are advised `MADV_RANDOM` and
+   * `MADV_NOHUGEPAGE` to the end, large ones the segment's own advice
+   * again. Advised to the end, not chunk by chunk: each advised range
+   * with other advice than its neighbours is a mapping region of its own
+   * (a line of `/proc/self/maps`), and a writer that overtook its
+   * pre-fault between two chunks left a gap between their ranges, two
+   * more regions a burst of a slow writer (a 1 GiB segment written in
+   * 200 KB bursts would have made ~10,000, against the kernel's 65,530 a
+   * process). Each `madvise` takes the mmap lock for writing on the
+   * JavaScript thread: now one a switch, not one a chunk.
+   */
+  #adviseFolios(mapping: Mapping, position: number, plan: PrefaultPlan): void {
+    const advised = this.#advised;
+    if (advised === undefined) return;
+    const smallFrom = advised.smallFrom;
+    const length = this.fileSizeBytes - position;
+    if (plan.randomAccess) {
+      if (smallFrom !== undefined && smallFrom <= position) return;
+      mapping.advise(position, length, "random");
+      mapping.advise(position, length, "nohugepage");
+      advised.smallFrom = position;
+      return;
+    }
+    if (smallFrom === undefined) return;
+    if (advised.random) {
+      mapping.advise(position, length, "random");
+    } else {
+      mapping.advise(position, length, "normal");
+      mapping.advise(position, length, "hugepage");
+    }
+    advised.smallFrom = undefined;
+  }
+
   async #prepareNow(
     mapping: Mapping,
     options: PrepareOptions,
@@ -1302,15 +1342,13 @@ export class MappedFile {
         if (!live() || start >= limit) break;
       }
       const plan = options.plan?.(this.fileFromOffset + start);
-      const end = Math.min(limit, start + Math.min(chunk, plan?.chunkBytesMax ?? chunk));
+      // Whole pages, at least one, whatever the plan's unit.
+      const cap = plan === undefined
+        ? chunk
+        : Math.max(page, plan.chunkBytesMax - plan.chunkBytesMax % page);
+      const end = Math.min(limit, start + Math.min(chunk, cap));
       at = end;
-      if (plan?.randomAccess === true) {
-        assert(plan.chunkBytesMax > 0 && plan.chunkBytesMax % page === 0, "whole-page chunks");
-        // Two madvise calls on the JavaScript thread, each taking the mmap
-        // lock for writing: only for chunks of a slow writer (4 KiB folios).
-        mapping.advise(start, end - start, "random");
-        mapping.advise(start, end - start, "nohugepage");
-      }
+      if (plan !== undefined) this.#adviseFolios(mapping, start, plan);
       if (populate) {
         const writer = options.writerOffset;
         const wroteBefore = writer?.() ?? this.#wrote;
