@@ -16,8 +16,9 @@
  * `node --import tsx bench/write_amplification_bench.ts`. Flags: `--rate
  * <msgs/s>` (default 2,000), `--seconds <n>` (default 10), `--keys
  * random|sequential|none` (default random), `--warm-up <s>` (default 2;
- * past the commit log's first pre-fault lead, 64 MiB of large folios
- * whatever the rate, for a slow writer's steady state), `--root <path>` (the checkout
+ * a slow writer's steady state lies past the large folios the commit log
+ * pre-faults after an open whatever the rate: up to its first lead and a
+ * chunk, about 68 MiB), `--root <path>` (the checkout
  * whose `src/` is measured, for A/B runs against a copy; default this
  * one). Linux only (`/proc/self/io`).
  *

@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { smallFolioChunkBytes, smallFolios } from "../src/commit_log/_folio_rule.ts";
+import { type FolioSize, folioSize, smallFolioChunkBytes } from "../src/commit_log/_folio_rule.ts";
 import { LARGE_FOLIO_BYTES } from "../src/commit_log/flush_real_time_service.ts";
 import { PREFAULT_LEAD_MS, PREFAULT_SMALL_BYTES_MIN } from "../src/commit_log/constants.ts";
 import { PREPARE_POPULATE_CHUNK_BYTES } from "../src/segment/constants.ts";
@@ -17,28 +17,38 @@ const INTERVAL_MS = 500;
 /** The rate, bytes per ms, at which the writer appends `folios` large folios per interval. */
 const foliosPerInterval = (folios: number) => folios * LARGE_FOLIO_BYTES / INTERVAL_MS;
 
-describe("smallFolios()", () => {
-  const cases: Array<[string, boolean, number, boolean]> = [
-    ["an idle writer, after large ones", false, 0, true],
-    ["300 1 KiB messages a second, after large ones", false, 300 * 1024 / 1000, true],
-    ["just under one folio an interval, after large ones", false, foliosPerInterval(0.99), true],
-    ["one folio an interval, after small ones", true, foliosPerInterval(1), true],
-    ["one folio an interval, after large ones", false, foliosPerInterval(1), false],
-    ["just under two folios an interval, after small ones", true, foliosPerInterval(1.99), true],
-    ["two folios an interval, after small ones", true, foliosPerInterval(2), false],
-    ["a fast writer, after small ones", true, foliosPerInterval(200), false],
+describe("folioSize()", () => {
+  const cases: Array<[string, FolioSize, number, FolioSize]> = [
+    ["an idle writer, after large ones", "large", 0, "small"],
+    ["300 1 KiB messages a second, after large ones", "large", 300 * 1024 / 1000, "small"],
+    [
+      "just under one folio an interval, after large ones",
+      "large",
+      foliosPerInterval(0.99),
+      "small",
+    ],
+    ["one folio an interval, after small ones", "small", foliosPerInterval(1), "small"],
+    ["one folio an interval, after large ones", "large", foliosPerInterval(1), "large"],
+    [
+      "just under two folios an interval, after small ones",
+      "small",
+      foliosPerInterval(1.99),
+      "small",
+    ],
+    ["two folios an interval, after small ones", "small", foliosPerInterval(2), "large"],
+    ["a fast writer, after small ones", "small", foliosPerInterval(200), "large"],
   ];
-  for (const [name, small, rate, expected] of cases) {
-    test(`smallFolios() answers ${expected ? "small" : "large"} for ${name}`, () => {
-      assert.equal(smallFolios(small, rate, INTERVAL_MS), expected);
+  for (const [name, current, rate, expected] of cases) {
+    test(`folioSize() answers ${expected} for ${name}`, () => {
+      assert.equal(folioSize(current, rate, INTERVAL_MS), expected);
     });
   }
 
-  test("smallFolios() scales with the flush interval", () => {
+  test("folioSize() scales with the flush interval", () => {
     const rate = foliosPerInterval(1.5);
-    assert.equal(smallFolios(true, rate, INTERVAL_MS), true);
-    assert.equal(smallFolios(true, rate, 2 * INTERVAL_MS), false);
-    assert.equal(smallFolios(false, rate, INTERVAL_MS / 2), true);
+    assert.equal(folioSize("small", rate, INTERVAL_MS), "small");
+    assert.equal(folioSize("small", rate, 2 * INTERVAL_MS), "large");
+    assert.equal(folioSize("large", rate, INTERVAL_MS / 2), "small");
   });
 });
 

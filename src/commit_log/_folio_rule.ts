@@ -15,26 +15,33 @@ import {
 } from "./constants.ts";
 import { LARGE_FOLIO_BYTES } from "./flush_real_time_service.ts";
 
+/** The folios of pre-fault chunks: 4 KiB (`"small"`) or 2 MiB (`"large"`). */
+export type FolioSize = "small" | "large";
+
 /**
- * Whether the next pre-fault chunks get small (4 KiB) folios: a writer
- * appending `bytesPerMs` with a flush every `flushIntervalMs`, after
- * `small` so far. Between the two thresholds the answer stays `small`,
- * so a writer near one does not switch at every chunk.
+ * The folios of the next pre-fault chunks for a writer appending
+ * `bytesPerMs` with a flush every `flushIntervalMs`, after `current` so
+ * far. Between the two thresholds the answer stays `current`, so a writer
+ * near one does not switch at every chunk.
  *
  * @example
  * ```ts
- * import { smallFolios } from "./_folio_rule.ts";
+ * import { folioSize } from "./_folio_rule.ts";
  *
- * console.log(smallFolios(false, 300, 500)); // true: 150 KB a flush
- * console.log(smallFolios(true, 20_000, 500)); // false: 10 MB a flush
+ * console.log(folioSize("large", 300, 500)); // "small": 150 KB a flush
+ * console.log(folioSize("small", 20_000, 500)); // "large": 10 MB a flush
  * ```
  */
-export function smallFolios(small: boolean, bytesPerMs: number, flushIntervalMs: number): boolean {
+export function folioSize(
+  current: FolioSize,
+  bytesPerMs: number,
+  flushIntervalMs: number,
+): FolioSize {
   assert(bytesPerMs >= 0 && flushIntervalMs >= 0, "a rate and an interval are not negative");
   const perFlushBytes = bytesPerMs * flushIntervalMs;
-  if (perFlushBytes >= PREFAULT_LARGE_FOLIOS_FROM * LARGE_FOLIO_BYTES) return false;
-  if (perFlushBytes < PREFAULT_SMALL_FOLIOS_BELOW * LARGE_FOLIO_BYTES) return true;
-  return small;
+  if (perFlushBytes >= PREFAULT_LARGE_FOLIOS_FROM * LARGE_FOLIO_BYTES) return "large";
+  if (perFlushBytes < PREFAULT_SMALL_FOLIOS_BELOW * LARGE_FOLIO_BYTES) return "small";
+  return current;
 }
 
 /**

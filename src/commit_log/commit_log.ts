@@ -87,7 +87,7 @@ import { delayLevelOf, propertyOf, rewriteDelay } from "./_delay.ts";
 import { SCAN_WINDOW_BYTES_DEFAULT, scanCommitLog, type ScanResult } from "./_recovery.ts";
 import { timestampStartIndex } from "./timestamp_start.ts";
 import { BatchEncoder } from "./_batch_encoder.ts";
-import { smallFolioChunkBytes, smallFolios } from "./_folio_rule.ts";
+import { type FolioSize, folioSize, smallFolioChunkBytes } from "./_folio_rule.ts";
 
 /**
  * How the commit log is made durable: `ASYNC_FLUSH` answers a put once it
@@ -383,17 +383,18 @@ export class CommitLog {
    * small, a burst of puts right after the open (`bench/compare`'s
    * `mqstore-batch/128`, 3 alternated pairs) lost 3 of 3 on two of the
    * three runtimes (2.67 M records/s against 4.31 M, and 3.17 against
-   * 3.61, medians),
-   * where the lead's pre-fault of large folios from the open on runs beside
-   * the first puts. So the chunks a slow writer's store pre-faults before
-   * its first put and in the first window after it (8–30 MiB here) are
-   * large folios. The plan {@link #planBound} answers, reused.
+   * 3.61, medians), where the lead's pre-fault of large folios from the
+   * open on runs beside the first puts. So the chunks a slow writer's
+   * store pre-faults before its first put and in the first window after
+   * it are large folios: up to the first lead and a chunk (about 68 MiB
+   * for a store idle after the open; 12–44 MiB measured when puts start
+   * right after it). The plan {@link #planBound} answers, reused.
    */
-  #smallFolios = false;
+  #folios: FolioSize = "large";
   #smallPlan: PrefaultPlan = { randomAccess: true, chunkBytesMax: PREFAULT_SMALL_BYTES_MIN };
-  /** Asked before each pre-fault chunk (ASYNC_FLUSH): see {@link #smallFolios}. */
+  /** Asked before each pre-fault chunk (ASYNC_FLUSH): see {@link #folios}. */
   #planBound = (offset: number): PrefaultPlan =>
-    this.#smallFolios && offset >= this.#aheadFreeBelow ? this.#smallPlan : LARGE_FOLIO_PLAN;
+    this.#folios === "small" && offset >= this.#aheadFreeBelow ? this.#smallPlan : LARGE_FOLIO_PLAN;
   /** The writer's rate over the last window, bytes per ms, and where that window ended. */
   #rateBytesPerMs = 0;
   #rateFromMs = Number.NaN;
@@ -465,7 +466,7 @@ export class CommitLog {
    * once per flushIntervalCommitLog (1.16–1.18 at 5–30 MB/s, 1.02 under
    * MADV_RANDOM; 2.1 against 1.2 at 0.1 MB/s). That once per interval is
    * still a whole folio: a slow writer's pre-fault chunks are advised
-   * MADV_RANDOM all the same (see #smallFolios).
+   * MADV_RANDOM all the same (see #folios).
    */
   get #randomAccess(): boolean {
     return this.#sync;
@@ -795,7 +796,8 @@ export class CommitLog {
     let preparation: Promise<void>;
     let head: Promise<void>;
     this.#rateFromMs = Number.NaN;
-    this.#rateFromOffset = this.#startOffset;
+    // The writer's offset now: it moves only with a put (see #prefaultLead).
+    this.#rateFromOffset = this.queue.maxWrotePosition;
     if (this.#options.warmMapedFileEnable) {
       const activeFrom = last !== undefined && !last.isFull
         ? last.fileFromOffset
@@ -1067,7 +1069,7 @@ export class CommitLog {
    * PREFAULT_RATE_WINDOW_MS_MIN (measured here, when a chunk asks: a clock
    * read per chunk, none per put), and at least the least lead; for small
    * folios, at least PREFAULT_SMALL_BYTES_MIN. The rate also picks the
-   * folios of the chunks from here on ({@link #smallFolios}).
+   * folios of the chunks from here on ({@link #folios}).
    */
   #prefaultLead(wrote: number): number {
     const nowMs = this.#clock.nowMs();
@@ -1076,9 +1078,9 @@ export class CommitLog {
     // put since the open (NaN until then): from the open on, creating a
     // fresh segment alone takes longer than a window, and a burst of puts
     // right after the open was measured slow and started with small
-    // folios (see #smallFolios).
+    // folios (see #folios).
     if (Number.isNaN(this.#rateFromMs)) {
-      if (wrote !== this.#startOffset) {
+      if (wrote !== this.#rateFromOffset) {
         this.#rateFromMs = nowMs;
         this.#rateFromOffset = wrote;
       }
@@ -1087,15 +1089,15 @@ export class CommitLog {
       this.#rateBytesPerMs = rate;
       this.#rateFromMs = nowMs;
       this.#rateFromOffset = wrote;
-      this.#smallFolios = smallFolios(
-        this.#smallFolios,
+      this.#folios = folioSize(
+        this.#folios,
         rate,
         this.#options.flushIntervalCommitLog,
       );
       this.#smallPlan.chunkBytesMax = smallFolioChunkBytes(rate);
     }
     const timed = this.#rateBytesPerMs * PREFAULT_LEAD_MS;
-    return this.#smallFolios
+    return this.#folios === "small"
       ? Math.max(PREFAULT_SMALL_BYTES_MIN, timed)
       : Math.max(this.#prefaultLeadBytesMin, timed);
   }

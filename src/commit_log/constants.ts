@@ -7,6 +7,7 @@
 
 import { assert } from "../assert.ts";
 import { BLANK_RECORD_SIZE_BYTES } from "../record/mod.ts";
+import { OS_PAGE_SIZE_BYTES, PREPARE_POPULATE_CHUNK_BYTES } from "../segment/constants.ts";
 
 /**
  * Room a segment must keep after a record for the BLANK that may end it: a
@@ -350,6 +351,15 @@ assert(GROUP_COMMIT_FLUSHES_MAX >= 1, "a group commit needs a flush in flight");
 assert(
   PREFAULT_LEAD_BYTES_MIN > 0 && PREFAULT_RECHECK_BYTES <= PREFAULT_LEAD_BYTES_MIN,
   "a held pre-fault chunk is asked about again before the writer could reach it",
+);
+assert(
+  PREFAULT_SMALL_FOLIOS_BELOW <= PREFAULT_LARGE_FOLIOS_FROM,
+  "a writer between the folio thresholds keeps its folios; none is both small and large",
+);
+assert(
+  PREFAULT_SMALL_BYTES_MIN > 0 && PREFAULT_SMALL_BYTES_MIN % OS_PAGE_SIZE_BYTES === 0 &&
+    PREFAULT_SMALL_BYTES_MIN <= PREPARE_POPULATE_CHUNK_BYTES,
+  "a small-folio chunk is whole 4 KiB pages, at most a pre-fault chunk",
 );
 assert(
   GROUP_COMMIT_SPLIT_TUNED_LOW_BYTES <= GROUP_COMMIT_SPLIT_MIN_BYTES &&
