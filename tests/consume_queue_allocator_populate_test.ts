@@ -131,6 +131,21 @@ function recordingQueue(fileBytes = FILE_BYTES): {
   return { log, ranges, memory, allocator, cq, populated };
 }
 
+/** Asserts that no two logged pre-faults (`<file> [start, end)`) share a byte of a file. */
+function assertDisjoint(ranges: readonly string[]): void {
+  const parsed = ranges.map((range) => {
+    const match = /^(\S+) \[(\d+), (\d+)\)$/.exec(range);
+    assert.ok(match !== null, range);
+    return { file: match[1], start: Number(match[2]), end: Number(match[3]) };
+  });
+  for (const [i, a] of parsed.entries()) {
+    for (const b of parsed.slice(i + 1)) {
+      const overlap = a.file === b.file && a.start < b.end && b.start < a.end;
+      assert.ok(!overlap, `${ranges[i]} overlaps ${b.file} [${b.start}, ${b.end})`);
+    }
+  }
+}
+
 describe("ConsumeQueueAllocator roll pre-fault", () => {
   test("request() pre-faults the rolled-into file only after the next file, prepared at the roll, is created", async () => {
     const { log, allocator } = await recordingAllocator();
@@ -264,6 +279,74 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
       // Nothing more while the file fills.
       await putUpTo(fileBytes / 2);
       assert.equal(ranges.length, 3);
+    } finally {
+      await cq.close();
+    }
+  });
+
+  test("ConsumeQueue cut below 16 KiB resumes its head pieces where they ended: no page pre-faulted twice", async () => {
+    // As above: ⅛ of 16,384 units is 40,960 bytes, pieces at 16,400 and 32,800.
+    const fileBytes = 20 * 0x4000;
+    const { ranges, cq, populated } = recordingQueue(fileBytes);
+    try {
+      await cq.load();
+      let next = 0;
+      const putUpTo = async (position: number) => {
+        for (; next * 20 < position; next++) await cq.putUnit(next * 100, 100, 0, next);
+        return await populated();
+      };
+      // The first piece, then a cut at 8,000 bytes (the units from 400 on).
+      await putUpTo(0x4000 + 20);
+      assert.deepEqual(ranges, [`${name(0)} [20480, 69632)`]);
+      await cq.truncateDirtyLogicFiles(400 * 100);
+      assert.equal(cq.maxOffsetInQueue, 400);
+      assert.equal(cq.files.length, 1);
+      next = 400;
+      // Written again past 16 KiB: that piece is pre-faulted already.
+      await putUpTo(0x4000 + 20);
+      assert.equal(ranges.length, 1);
+      // The second piece and the rest start where the first piece ended.
+      await putUpTo(32_800 + 20);
+      assert.deepEqual(ranges.slice(1), [`${name(0)} [69632, 135168)`]);
+      await putUpTo(40_960 + 20);
+      assert.deepEqual(ranges.slice(2), [`${name(0)} [135168, ${fileBytes})`]);
+      await putUpTo(fileBytes / 2);
+      assert.equal(ranges.length, 3);
+      assertDisjoint(ranges);
+    } finally {
+      await cq.close();
+    }
+  });
+
+  test("ConsumeQueue cut to nothing pre-faults its new first file by pieces from 16 KiB again", async () => {
+    const fileBytes = 20 * 0x4000;
+    const { ranges, cq, populated } = recordingQueue(fileBytes);
+    try {
+      await cq.load();
+      let next = 0;
+      const putUpTo = async (position: number) => {
+        for (; next * 20 < position; next++) await cq.putUnit(next * 100, 100, 0, next);
+        return await populated();
+      };
+      // Between the second piece and ⅛: the next piece would be the rest.
+      await putUpTo(32_800 + 20);
+      assert.equal(ranges.length, 2);
+      // Every unit cut: the file goes, and the next put creates a new one.
+      await cq.truncateDirtyLogicFiles(0);
+      assert.equal(cq.files.length, 0);
+      assert.equal(cq.maxOffsetInQueue, 0);
+      ranges.length = 0;
+      next = 0;
+      // The new file gets the pieces a fresh queue's first file gets.
+      await putUpTo(0x4000 - 20);
+      assert.deepEqual(ranges, [], "nothing below 16 KiB");
+      await putUpTo(0x4000 + 20);
+      assert.deepEqual(ranges, [`${name(0)} [20480, 69632)`]);
+      await putUpTo(32_800 + 20);
+      assert.deepEqual(ranges.slice(1), [`${name(0)} [69632, 135168)`]);
+      await putUpTo(40_960 + 20);
+      assert.deepEqual(ranges.slice(2), [`${name(0)} [135168, ${fileBytes})`]);
+      assertDisjoint(ranges);
     } finally {
       await cq.close();
     }
