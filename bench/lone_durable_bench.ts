@@ -4,7 +4,12 @@
  * opens it), the runtime's SQLite (WAL, `synchronous=FULL`) and a raw loop
  * (each record appended with one positional write and one `fdatasync`
  * into a file prepared like mqstore's warmed segments), each putting for
- * `--slice-ms` in turn, so that all three see the same device.
+ * `--slice-ms` in turn, so that all three see the same device. Each
+ * round of turns starts with the next store (mqstore, SQLite, raw; then
+ * SQLite, raw, mqstore; then raw, mqstore, SQLite): mqstore's background
+ * flushes (consume queues, index, checkpoint) can fall in the other
+ * stores' turns, and in a fixed order the turn after mqstore's was
+ * always SQLite's.
  *
  * ```
  * open      the three, then 200 ms of puts each (untimed)
@@ -66,6 +71,7 @@ if (!(seconds > 0) || !(sliceMs > 0) || !Number.isInteger(payloadBytes) || paylo
 /** Appends records of mqstore's size for the payload with a write and an `fdatasync` each. */
 async function rawPeer(directory: string): Promise<Peer> {
   const file = path.join(directory, "raw.bin");
+  // The handle is all the port leaves open: a RuntimePort has no close.
   await (await prepareSyncFile(await createPort(), file, RAW_FILE_BYTES)).close();
   const fd = fs.openSync(file, "r+");
   // mqstore's record of the payload (no properties): the raw loop writes as many bytes.
@@ -120,7 +126,9 @@ try {
   const busyMs = names.map(() => 0);
   const start = performance.now();
   for (let turn = 0; performance.now() - start < seconds * 1000; turn++) {
-    const i = turn % peers.length;
+    // Round r starts with store r mod 3, and goes on in the names' order.
+    const round = Math.floor(turn / peers.length);
+    const i = (round + turn) % peers.length;
     const peer = peers[i]!;
     const from = performance.now();
     const end = from + sliceMs;
