@@ -3,8 +3,9 @@
  * pre-faulted only up to a lead past the write offset (the writer's recent
  * rate times PREFAULT_LEAD_MS, at least `prefaultLeadBytesMin` for the
  * large folios of a fast writer or one not measured yet, and
- * PREFAULT_SMALL_BYTES_MIN for the small folios of a slow one, each chunk
- * advised random), so the
+ * PREFAULT_SMALL_BYTES_MIN for the small folios of a slow one, advised
+ * random and nohugepage once, from its first small chunk to the end of the
+ * segment), so the
  * segment allocated ahead waits until the writer comes near it, and a
  * segment's own pre-fault stops that far ahead of its writer; the active
  * segment a store warms at start (warmMapedFileEnable) is pre-faulted in

@@ -353,6 +353,10 @@ assert(
   "a held pre-fault chunk is asked about again before the writer could reach it",
 );
 assert(
+  PREFAULT_RATE_WINDOW_MS_MIN > 0 && PREFAULT_LEAD_MS > 0 && PREFAULT_SMALL_FOLIOS_BELOW > 0,
+  "the writer's rate is measured over a positive window, and an idle writer gets small folios",
+);
+assert(
   PREFAULT_SMALL_FOLIOS_BELOW <= PREFAULT_LARGE_FOLIOS_FROM,
   "a writer between the folio thresholds keeps its folios; none is both small and large",
 );

@@ -74,7 +74,7 @@ const POPULATE_CHUNK_MAX_BYTES = 0x400_0000;
  * such buffer was ever detached, until one is: then it throws away every
  * optimized function that assumed it. A segment's unmap detaches its
  * buffer (that is what makes the unmap safe), so the first segment closed
- * in a process (a store's close, a retention delete) deoptimized the put
+ * (a store's close, a retention delete) deoptimized the put
  * path (the batch encoder, the CRC, the consume-queue and int64 writers:
  * seen with `--trace-deopt --trace-protector-invalidation`), and the next
  * store's first batches ran unoptimized while V8 compiled them again.
@@ -433,8 +433,8 @@ export class MappedFile {
    * not retired): a wall-clock ms value is no small integer, and a field
    * V8 holds as one changes representation at the first store of such a
    * value, which deprecates the class's object shape and deoptimizes
-   * every function compiled against it (the put path, at the first close
-   * in a process; seen with `--trace-deopt`).
+   * every function compiled against it (the put path, at the first
+   * close; seen with `--trace-deopt`).
    */
   #retiredAtMs = Number.NaN;
   /** Resolvers waiting for the last reference to go. */
@@ -472,12 +472,15 @@ export class MappedFile {
    * The advice the mapping carries from `from` to its end, once advised:
    * `random` (`MADV_RANDOM`) or not (`MADV_NORMAL` and `MADV_HUGEPAGE`). A
    * preparation skips an advice the range already has. Each `madvise` of
-   * advice takes the process's mmap lock for writing on the JavaScript
+   * advice takes the address space's mmap lock for writing on the JavaScript
    * thread, where it waits for every pre-fault in flight (they hold it for
    * reading): a consume-queue file was advised twice, at its creation and
    * again when its queue rolled into it (1 M puts over 64 queues of a
    * fresh store: 448 such calls on the JavaScript thread instead of 256,
    * single waits up to 21 ms, seen with the mmap_lock tracepoints).
+   * `smallFrom`: from there to the end, `MADV_RANDOM` and
+   * `MADV_NOHUGEPAGE` (4 KiB folios, see {@link #adviseFolios}), never
+   * below `from`; undefined: the segment's own advice to the end.
    */
   #advised: { from: number; random: boolean; smallFrom?: number } | undefined;
   /** Resolves when closing begins: ends a preparation's wait for its pace. */
@@ -1255,13 +1258,16 @@ export class MappedFile {
    * (a line of `/proc/self/maps`), and a writer that overtook its
    * pre-fault between two chunks left a gap between their ranges, two
    * more regions a burst of a slow writer (a 1 GiB segment written in
-   * 200 KB bursts would have made ~10,000, against the kernel's 65,530 a
-   * process). Each `madvise` takes the mmap lock for writing on the
+   * 200 KB bursts would have made ~10,000, against the kernel's
+   * `vm.max_map_count`, 65,530 by default). Each `madvise` takes the mmap lock for writing on the
    * JavaScript thread: now one a switch, not one a chunk.
    */
   #adviseFolios(mapping: Mapping, position: number, plan: PrefaultPlan): void {
     const advised = this.#advised;
-    if (advised === undefined) return;
+    assert(advised !== undefined, "a preparation advised the mapping before its chunks");
+    // A random segment's own advice could not be given back whole: no
+    // advice clears MADV_NOHUGEPAGE but MADV_HUGEPAGE.
+    assert(!advised.random, "folio plans are for segments of the default advice");
     const smallFrom = advised.smallFrom;
     const length = this.fileSizeBytes - position;
     if (plan.randomAccess) {
@@ -1343,6 +1349,7 @@ export class MappedFile {
       }
       const plan = options.plan?.(this.fileFromOffset + start);
       // Whole pages, at least one, whatever the plan's unit.
+      assert(plan === undefined || plan.chunkBytesMax > 0, "a plan's chunk cap is positive");
       const cap = plan === undefined
         ? chunk
         : Math.max(page, plan.chunkBytesMax - plan.chunkBytesMax % page);
