@@ -163,6 +163,40 @@ function advisedSmall(populated: readonly Populated[], advised: readonly Populat
   return populated.every((call) => has(call, "random") && has(call, "nohugepage"));
 }
 
+/**
+ * Writes as a slow writer past the first lead of a log just opened on
+ * `clock`, then `seconds` more seconds at 60 KiB a second, into the small
+ * chunks. The first lead, pre-faulted at open, is large folios; the chunk
+ * asked once the writer came within the lead starts the first window (no
+ * rate before the first put), and the one after it measures LEAD_BYTES in
+ * 10 s: far below one large folio per flush interval.
+ *
+ * @returns Where the first lead's pre-fault ended.
+ */
+async function writeSlowly(
+  commitLog: CommitLog,
+  clock: ManualClock,
+  calls: readonly Populated[],
+  seconds: number,
+): Promise<number> {
+  await settle();
+  await putUpTo(commitLog, LEAD_BYTES);
+  await settle();
+  clock.advance(10_000);
+  await putUpTo(commitLog, 2 * LEAD_BYTES);
+  await settle();
+  const opened = populatedEnd(calls, 0);
+  clock.advance(10_000);
+  await putUpTo(commitLog, opened - 2 * PREFAULT_SMALL_BYTES_MIN);
+  await settle();
+  for (let i = 0; i < seconds; i++) {
+    clock.advance(1_000);
+    await putUpTo(commitLog, commitLog.maxOffset + 1);
+    await settle();
+  }
+  return opened;
+}
+
 describe("CommitLog pre-fault lead", () => {
   test("putMessage() under ASYNC_FLUSH: a writer not measured yet gets large chunks up to the least lead, and the segment ahead waits for it", async () => {
     const calls: Populated[] = [];
@@ -195,26 +229,7 @@ describe("CommitLog pre-fault lead", () => {
     const clock = new ManualClock(1_700_000_000_000);
     const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, clock, advised);
     try {
-      await settle();
-      // The first lead, pre-faulted at open, is large folios; the chunk
-      // asked once the writer came within the lead starts the first window
-      // (no rate before the first put), and the one after it measures
-      // LEAD_BYTES in 10 s: far below one large folio per flush interval.
-      await putUpTo(commitLog, LEAD_BYTES);
-      await settle();
-      clock.advance(10_000);
-      await putUpTo(commitLog, 2 * LEAD_BYTES);
-      await settle();
-      const opened = populatedEnd(calls, 0);
-      clock.advance(10_000);
-      await putUpTo(commitLog, opened - 2 * PREFAULT_SMALL_BYTES_MIN);
-      await settle();
-      // 60 KiB a second from here on, into the small chunks.
-      for (let i = 0; i < 16; i++) {
-        clock.advance(1_000);
-        await putUpTo(commitLog, commitLog.maxOffset + 1);
-        await settle();
-      }
+      const opened = await writeSlowly(commitLog, clock, calls, 16);
       const small = callsFrom(calls, 0, opened);
       assert.ok(small.length > 0, "chunks past the first lead");
       // Chunks of PREFAULT_LEAD_MS of the fastest rate measured (4 MiB in 10 s).
@@ -235,22 +250,8 @@ describe("CommitLog pre-fault lead", () => {
     const clock = new ManualClock(1_700_000_000_000);
     const commitLog = await openLog({ flushDiskType: "ASYNC_FLUSH" }, calls, clock, advised);
     try {
-      await settle();
       // Slow, as in the test above: small chunks past the first lead.
-      await putUpTo(commitLog, LEAD_BYTES);
-      await settle();
-      clock.advance(10_000);
-      await putUpTo(commitLog, 2 * LEAD_BYTES);
-      await settle();
-      const opened = populatedEnd(calls, 0);
-      clock.advance(10_000);
-      await putUpTo(commitLog, opened - 2 * PREFAULT_SMALL_BYTES_MIN);
-      await settle();
-      for (let i = 0; i < 4; i++) {
-        clock.advance(1_000);
-        await putUpTo(commitLog, commitLog.maxOffset + 1);
-        await settle();
-      }
+      await writeSlowly(commitLog, clock, calls, 4);
       const smallFrom = advised.find((a) => a.fileFromOffset === 0 && a.advice === "nohugepage");
       assert.ok(smallFrom !== undefined, "small folios were advised");
       // Fast: 1 MiB while the clock stands still (no window ends), then a

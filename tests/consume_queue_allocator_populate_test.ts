@@ -131,6 +131,28 @@ function recordingQueue(fileBytes = FILE_BYTES): {
   return { log, ranges, memory, allocator, cq, populated };
 }
 
+/**
+ * Puts units of `cq` in order (unit `n` at byte `20 n`, commit-log offset
+ * `100 n`) until its write position reaches `position`, then answers the
+ * pre-faults started meanwhile (`populated`). `restartAt(n)`: the next unit
+ * put is unit `n` (after a cut).
+ */
+function unitWriter(cq: ConsumeQueue, populated: () => Promise<string[]>): {
+  putUpTo: (position: number) => Promise<string[]>;
+  restartAt: (unit: number) => void;
+} {
+  let next = 0;
+  return {
+    putUpTo: async (position) => {
+      for (; next * 20 < position; next++) await cq.putUnit(next * 100, 100, 0, next);
+      return await populated();
+    },
+    restartAt: (unit) => {
+      next = unit;
+    },
+  };
+}
+
 /** Asserts that no two logged pre-faults (`<file> [start, end)`) share a byte of a file. */
 function assertDisjoint(ranges: readonly string[]): void {
   const parsed = ranges.map((range) => {
@@ -259,11 +281,8 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
     const { ranges, cq, populated } = recordingQueue(fileBytes);
     try {
       await cq.load();
-      let next = 0;
-      const putUpTo = async (position: number) => {
-        for (; next * 20 < position; next++) await cq.putUnit(next * 100, 100, 0, next);
-        return await populated();
-      };
+      const writer = unitWriter(cq, populated);
+      const putUpTo = writer.putUpTo;
       assert.deepEqual(await putUpTo(0x4000 - 20), [], "nothing below 16 KiB");
       // At 16,400 (the unit past 16 KiB): up to 4 × 16,400, from the writer's next page.
       assert.equal((await putUpTo(0x4000 + 20)).length, 1);
@@ -290,18 +309,15 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
     const { ranges, cq, populated } = recordingQueue(fileBytes);
     try {
       await cq.load();
-      let next = 0;
-      const putUpTo = async (position: number) => {
-        for (; next * 20 < position; next++) await cq.putUnit(next * 100, 100, 0, next);
-        return await populated();
-      };
+      const writer = unitWriter(cq, populated);
+      const putUpTo = writer.putUpTo;
       // The first piece, then a cut at 8,000 bytes (the units from 400 on).
       await putUpTo(0x4000 + 20);
       assert.deepEqual(ranges, [`${name(0)} [20480, 69632)`]);
       await cq.truncateDirtyLogicFiles(400 * 100);
       assert.equal(cq.maxOffsetInQueue, 400);
       assert.equal(cq.files.length, 1);
-      next = 400;
+      writer.restartAt(400);
       // Written again past 16 KiB: that piece is pre-faulted already.
       await putUpTo(0x4000 + 20);
       assert.equal(ranges.length, 1);
@@ -323,11 +339,8 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
     const { ranges, cq, populated } = recordingQueue(fileBytes);
     try {
       await cq.load();
-      let next = 0;
-      const putUpTo = async (position: number) => {
-        for (; next * 20 < position; next++) await cq.putUnit(next * 100, 100, 0, next);
-        return await populated();
-      };
+      const writer = unitWriter(cq, populated);
+      const putUpTo = writer.putUpTo;
       // Between the second piece and ⅛: the next piece would be the rest.
       await putUpTo(32_800 + 20);
       assert.equal(ranges.length, 2);
@@ -336,7 +349,7 @@ describe("ConsumeQueueAllocator roll pre-fault", () => {
       assert.equal(cq.files.length, 0);
       assert.equal(cq.maxOffsetInQueue, 0);
       ranges.length = 0;
-      next = 0;
+      writer.restartAt(0);
       // The new file gets the pieces a fresh queue's first file gets.
       await putUpTo(0x4000 - 20);
       assert.deepEqual(ranges, [], "nothing below 16 KiB");
