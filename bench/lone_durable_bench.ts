@@ -9,11 +9,13 @@
  * SQLite, raw, mqstore; then raw, mqstore, SQLite): mqstore's background
  * flushes (consume queues, index, checkpoint) can fall in the other
  * stores' turns, and in a fixed order the turn after mqstore's was
- * always SQLite's.
+ * always SQLite's. The turns are `compare/_turns.ts`'s, which the
+ * comparison's one-producer durable cells take too.
  *
  * ```
  * open      the three, then 200 ms of puts each (untimed)
- * measure   --seconds in turns of --slice-ms: acks/s, ack latency p50/p90/p99
+ * measure   --seconds in turns of --slice-ms, a third of it each (as many
+ *           turns each): acks/s, ack latency p50/p90/p99
  * ```
  *
  * Why: this VM's `fdatasync` latency moves by 2–3× from minute to minute,
@@ -40,14 +42,14 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import process from "node:process";
-import { performance } from "node:perf_hooks";
 import { createPort } from "../src/runtime/mod.ts";
 import { recordSizeOf } from "../src/record/mod.ts";
 import { prepareSyncFile } from "./_raw_group_commit.ts";
 import type { Peer } from "./compare/_peer.ts";
 import { mqstorePeer } from "./compare/mqstore_peer.ts";
 import { sqlitePeer } from "./compare/sqlite_peer.ts";
-import { percentile, Samples } from "./compare/_stats.ts";
+import { percentile } from "./compare/_stats.ts";
+import { takeTurns } from "./compare/_turns.ts";
 
 const WARM_UP_MS = 200;
 /** The raw loop's file: 64 MiB, rewound when full. */
@@ -118,34 +120,21 @@ try {
     else peers.push(await (name === "mqstore" ? mqstorePeer : sqlitePeer).open(directory, "sync"));
   }
   const body = payload();
-  for (const peer of peers) {
-    const end = performance.now() + WARM_UP_MS;
-    while (performance.now() < end) await peer.put(body);
-  }
-  const latenciesUs = names.map(() => new Samples());
-  const busyMs = names.map(() => 0);
-  const start = performance.now();
-  for (let turn = 0; performance.now() - start < seconds * 1000; turn++) {
-    // Round r starts with store r mod 3, and goes on in the names' order.
-    const round = Math.floor(turn / peers.length);
-    const i = (round + turn) % peers.length;
-    const peer = peers[i]!;
-    const from = performance.now();
-    const end = from + sliceMs;
-    let t = from;
-    while (t < end) {
-      await peer.put(body);
-      const now = performance.now();
-      latenciesUs[i]!.push((now - t) * 1000);
-      t = now;
+  const tallies = await takeTurns(peers.map((peer) => () => peer.put(body)), {
+    sliceMs,
+    durationMs: seconds * 1000 / peers.length,
+    warmUpMs: WARM_UP_MS,
+  });
+  for (const [i, tally] of tallies.entries()) {
+    if (tally.failure !== undefined) {
+      throw new Error(`${names[i]} failed in its turns`, { cause: tally.failure });
     }
-    busyMs[i]! += t - from;
   }
   const rows = names.map((name, i) => {
-    const values = latenciesUs[i]!.values();
+    const values = tallies[i]!.latenciesUs;
     return {
       store: name,
-      acksPerS: Math.round(values.length / busyMs[i]! * 1000),
+      acksPerS: Math.round(tallies[i]!.ratePerS),
       p50Us: Math.round(percentile(values, 0.5)),
       p90Us: Math.round(percentile(values, 0.9)),
       p99Us: Math.round(percentile(values, 0.99)),
