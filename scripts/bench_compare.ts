@@ -11,7 +11,7 @@
  *   --only TEXT        only cases whose id contains TEXT (limits always run)
  *   --filter LIST      only cases, limits included, whose id contains one of
  *                      the comma-separated texts (e.g.
- *                      `durable/mqstore/1/128,durable/sqlite/1/128,fsync`)
+ *                      `durable/mqstore/1/128,durable/sqlite/1/128,fsync/128`)
  *   --out DIR          where BENCHMARKS.md and docs/benchmarks.svg go
  *                      (default: the repository root)
  *   --dir DIR          where the stores are created (default: the OS temp dir)
@@ -19,13 +19,31 @@
  *
  * Every case runs in a worker process of its own (`bench/compare/worker.ts`),
  * so nothing a case leaves in the runtime reaches the next (see
- * {@link runCases}); the runtimes take turns, and the case order is
- * reversed every other repeat, so no store always runs first or last
- * (memory left idle refills several times slower on this VM). Each
- * throughput case is timed after two untimed runs of its full size, each
- * on a fresh store (`THROUGHPUT_WARMUP_RUNS`), the same for every store;
- * the other cases after a tenth of their size. The report gives medians
- * and the spread (min–max) over the repeats.
+ * {@link runCases}), except the one-producer durable cells
+ * (`durable/<store>/1/<payload>`): those of a payload size, with the
+ * 4 KiB write + fdatasync limit of that size (`fsync/<payload>`), run in
+ * one worker process and take turns of 100 ms
+ * (`bench/compare/_turns.ts`), each round starting with the next store,
+ * until each has had the case's duration; a store's acks/s is its acks
+ * over its own turn time, its latencies from its turns only. This VM's
+ * fdatasync latency moves by 2–3× from minute to minute, and timed one
+ * after the other the stores drew different minutes: one full Node run
+ * (session 19, 1 KiB) put mqstore at 1.8 k acks/s (1.6–5.6 k over 3
+ * repeats) against SQLite's 4.2 k (1.7–4.8 k), a 0.43× of the minutes,
+ * while turns of 100 ms in one process held mqstore ÷ SQLite at 1.04–1.13
+ * as the rates ran from 1.4 k to 3.9 k (`bench/lone_durable_bench.ts`).
+ * A filter naming one of these cells runs it alone; naming several runs
+ * just those in turns.
+ *
+ * The runtimes take turns, and the order of the runs (and of the cases in
+ * a turn run) is reversed every other repeat, so no store always runs
+ * first or last (memory left idle refills several times slower on this
+ * VM). Each throughput case is timed after two untimed runs of its full
+ * size, each on a fresh store (`THROUGHPUT_WARMUP_RUNS`), the same for
+ * every store; the other cases after a tenth of their size (in a turn
+ * run, each store puts for a tenth of its duration, one after the other,
+ * before the turns). The report gives medians and the spread (min–max)
+ * over the repeats.
  *
  * @module
  */
@@ -51,12 +69,16 @@ import {
   BATCH_RECORDS,
   buildCases,
   type CaseResult,
+  type CaseRun,
   type CaseSpec,
   FULL_SIZING,
   MANY_PRODUCERS,
+  planRuns,
   QUICK_SIZING,
+  selectCases,
   THROUGHPUT_WARMUP_RUNS,
 } from "../bench/compare/workloads.ts";
+import { SLICE_MS } from "../bench/compare/_turns.ts";
 import { readFlags } from "../bench/_harness.ts";
 import { BIN, exitOf, jsonLines, ROOT, runBench } from "./_bench_runner.ts";
 
@@ -135,16 +157,20 @@ function runWorker(runtime: Runtime, config: WorkerConfig): WorkerReport | undef
       else report?.results.push(line.result);
     }
     if (result.status !== 0 || report === undefined) {
+      const cases = config.runs.flatMap((run) => run.cases);
       const done = report?.results.length ?? 0;
       console.error(
         `${runtime}: worker ended with ${exitOf(result)}` +
           `${result.error ? ` (${result.error.message})` : ""}; ` +
-          `${done} of ${config.cases.length} cases reported`,
+          `${done} of ${cases.length} cases reported`,
       );
-      const next = config.cases[done];
-      if (report !== undefined && next !== undefined) {
-        report.results.push({
-          id: next.id,
+      // Every case it did not report failed with it: a turn run reports
+      // its cases together at its end.
+      const reported = new Set(report?.results.map((r) => r.id));
+      for (const spec of report === undefined ? [] : cases) {
+        if (reported.has(spec.id)) continue;
+        report!.results.push({
+          id: spec.id,
           ratePerS: 0,
           count: 0,
           elapsedMs: 0,
@@ -159,10 +185,13 @@ function runWorker(runtime: Runtime, config: WorkerConfig): WorkerReport | undef
 }
 
 /**
- * Runs `cases` on `runtime`, each in a fresh worker process, and puts the
- * workers' reports together (`undefined` when no worker reported).
+ * Runs `runs` ({@link planRuns}) on `runtime`, each in a fresh worker
+ * process, and puts the workers' reports together (`undefined` when no
+ * worker reported).
  *
- * One process per case, not one per runtime: a case's warm-ups and timed
+ * One process per run, that is per case except the one-producer durable
+ * cells of a payload size, which take turns in one process (see the
+ * module doc). Not one per runtime: a case's warm-ups and timed
  * run share a process, but nothing a case leaves in the runtime reaches
  * the next case, for any store. Measured on Node 20 (session 16), one
  * worker running every case in turn gave mqstore's `putMessages` 128 B
@@ -182,16 +211,16 @@ function runWorker(runtime: Runtime, config: WorkerConfig): WorkerReport | undef
  */
 function runCases(
   runtime: Runtime,
-  cases: readonly CaseSpec[],
+  runs: readonly CaseRun[],
   directory: string,
 ): WorkerReport | undefined {
   let report: WorkerReport | undefined;
   // Cases whose worker died before its header: reported failed once a
   // header (the runtime's versions) is known.
   const lost: CaseSpec[] = [];
-  for (const spec of cases) {
-    const one = runWorker(runtime, { cases: [spec], directory, warmup: true });
-    if (one === undefined) lost.push(spec);
+  for (const run of runs) {
+    const one = runWorker(runtime, { runs: [run], directory, warmup: true });
+    if (one === undefined) lost.push(...run.cases);
     else if (report === undefined) report = one;
     else report.results.push(...one.results);
   }
@@ -277,19 +306,16 @@ function main(): void {
     return;
   }
   const sizing = options.quick ? QUICK_SIZING : FULL_SIZING;
-  const allCases = buildCases(sizing);
-  const cases = allCases.filter((c) =>
-    (options.only === undefined || c.peer === undefined || c.id.includes(options.only)) &&
-    (options.filter === undefined || options.filter.some((text) => c.id.includes(text)))
-  );
+  const cases = selectCases(buildCases(sizing), options);
   if (cases.length === 0) throw new RangeError("--only/--filter leave no case to run");
+  const workerRuns = planRuns(cases);
   // Before the run, not after it: a missing directory failed a 15-minute run at its end.
   fs.mkdirSync(options.out, { recursive: true });
   if (options.raw !== undefined) fs.mkdirSync(path.dirname(options.raw), { recursive: true });
   const started = new Date();
   const loadAtStart = os.loadavg();
   console.error(
-    `bench:compare: ${cases.length} cases × ${options.repeats} repeats on ${
+    `bench:compare: ${cases.length} cases in ${workerRuns.length} worker runs × ${options.repeats} repeats on ${
       options.runtimes.join(", ")
     }` +
       (options.quick ? " (quick)" : ""),
@@ -302,10 +328,15 @@ function main(): void {
     const order = options.runtimes.map((_, i) =>
       options.runtimes[(i + repeat) % options.runtimes.length]!
     );
-    const repeatCases: CaseSpec[] = repeat % 2 === 0 ? cases : [...cases].reverse();
+    // Every other repeat, the runs in reverse order, and the cases of a
+    // turn run too: its rotation then has each store follow the other
+    // neighbour's turn.
+    const repeatRuns: CaseRun[] = repeat % 2 === 0
+      ? workerRuns
+      : workerRuns.map((run) => ({ ...run, cases: [...run.cases].reverse() })).reverse();
     for (const runtime of order) {
       console.error(`--- repeat ${repeat + 1}/${options.repeats}: ${runtime}`);
-      const report = runCases(runtime, repeatCases, options.directory);
+      const report = runCases(runtime, repeatRuns, options.directory);
       if (report === undefined) continue;
       raw.push(report);
       reports[runtime] ??= report;
@@ -370,8 +401,9 @@ function main(): void {
     } records of 128 B or ${
       sizing.throughputRecords[1024]!.toLocaleString("en")
     } of 1 KiB in batches of ${BATCH_RECORDS}. **sync**: a record is acknowledged only once it is on disk; 1 producer, or ${MANY_PRODUCERS} concurrent producers, put for ${sizing.durableMs} ms and every ack's latency is recorded.`,
-    "- Limits are measured by the same worker: memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync (the 1-producer limit); a raw group commit of 64 producers, one write + fdatasync per batch, with 1 and with 2 flushes in flight (the 64-producer limit is the better of the two). The durable limits write into a file prepared as mqstore's SYNC_FLUSH segments are (allocated, pre-faulted, zeros written through), as `bench/commit_log_bench.ts` measures them too (`bench/_raw_group_commit.ts`).",
-    `- Every case runs on a fresh directory, in a worker process of its own: nothing a case leaves in the runtime (heap sizes, the engine's allocation decisions) reaches the next. Each throughput case is timed after ${THROUGHPUT_WARMUP_RUNS} untimed runs of its full size, each on a fresh store (the same for every store: before that, mqstore's JavaScript put path had not reached its steady speed); the other cases after a warm-up of a tenth of their size. Runtimes take turns and the case order is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.`,
+    "- Limits are measured by the same worker: memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync (the 1-producer limit, measured once per payload size in turns with that size's 1-producer stores); a raw group commit of 64 producers, one write + fdatasync per batch, with 1 and with 2 flushes in flight (the 64-producer limit is the better of the two). The durable limits write into a file prepared as mqstore's SYNC_FLUSH segments are (allocated, pre-faulted, zeros written through), as `bench/commit_log_bench.ts` measures them too (`bench/_raw_group_commit.ts`).",
+    `- **1-producer sync cells are measured in turns.** For each payload size, every store and the 4 KiB write + fdatasync limit are opened in one worker process, warmed up (untimed, one after the other), then take turns of ${SLICE_MS} ms, each round starting with the next, until each has had ${sizing.durableMs} ms; a store's acks/s is its acks over its own turn time, and its latencies come from its turns only. Why: this VM's fdatasync latency moves 2–3× from minute to minute, and timed one after the other (until session 19) a full Node run put mqstore at 1.8 k acks/s against SQLite's 4.2 k (spreads 1.6–5.6 k and 1.7–4.8 k over 3 repeats), a 0.43× of the minutes, not of the stores. Repeats, medians and spreads are as for every other case; the limit's × is read from the same turns.`,
+    `- Every other case runs on a fresh directory, in a worker process of its own: nothing a case leaves in the runtime (heap sizes, the engine's allocation decisions) reaches the next. Each throughput case is timed after ${THROUGHPUT_WARMUP_RUNS} untimed runs of its full size, each on a fresh store (the same for every store: before that, mqstore's JavaScript put path had not reached its steady speed); the other cases after a warm-up of a tenth of their size. Runtimes take turns and the order of the runs (and of the stores in a turn run) is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.`,
     "- SQLite's drivers are synchronous, so it has no 64-producer row (producers on one thread would only take turns). `mqstore-batch` sends each 1000 records as one `putMessages()` batch; `mqstore` issues 1000 `putMessage()` calls and awaits them together.",
     "- Other processes on this VM may have run meanwhile: read the spread before the medians.",
     "",

@@ -157,9 +157,10 @@ export function renderChart(summaries: readonly Summary[], title: string): strin
   const latencyPanels = new Map<string, Summary[]>();
   for (const s of durable) {
     if (s.p50Us === undefined) continue;
-    const key = s.spec.kind === "fsync"
-      ? "limit: 4 KiB write + fdatasync"
-      : `${describe(s.spec).replace(/ acks\/s$/, "")}`;
+    // The write + fdatasync limit goes in the panel of the one-producer
+    // stores it took turns with, as its row "limit".
+    const key = describe(s.spec.kind === "fsync" ? { ...s.spec, kind: "durable" } : s.spec)
+      .replace(/ acks\/s$/, "");
     const list = latencyPanels.get(key) ?? [];
     list.push(s);
     latencyPanels.set(key, list);

@@ -45,14 +45,15 @@ export function isMqstore(peer: string | undefined): boolean {
 
 /**
  * Whether `limit` is a limit `spec` is read against: memcpy for
- * throughput, one 4 KiB write + fdatasync for one durable producer, the
+ * throughput, one 4 KiB write + fdatasync for one durable producer (the
+ * run that took turns with the producer's payload size), the
  * raw group commit of as many producers and the same payload (any flush
  * count) for many. A case is read against the best of its limits.
  */
 export function isLimitOf(limit: CaseSpec, spec: CaseSpec): boolean {
   if (spec.kind === "throughput") return limit.id === `memcpy/${spec.payloadBytes}`;
   if (spec.kind !== "durable") return false;
-  if (spec.producers === 1) return limit.id === "fsync";
+  if (spec.producers === 1) return limit.id === `fsync/${spec.payloadBytes}`;
   return limit.kind === "group" &&
     limit.id.startsWith(`${groupIdOf(spec.producers, spec.payloadBytes)}/`);
 }
@@ -156,7 +157,7 @@ export function describe(spec: CaseSpec): string {
     case "sequential":
       return "limit: 4 MiB writes + fdatasync, bytes/s";
     case "fsync":
-      return "limit: 4 KiB write + fdatasync /s";
+      return `limit: 4 KiB write + fdatasync /s, in turns with sync 1 producer ${size}`;
     case "group":
       return `limit: raw group commit, ${spec.producers} producers, ${size}, ${
         spec.flushesMax ?? 1

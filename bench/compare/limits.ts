@@ -7,7 +7,7 @@
  * - 4 MiB sequential writes plus one fdatasync (GB/s): the disk's
  *   streaming bandwidth through the page cache;
  * - one 4 KiB write + fdatasync (p50/p99): the price of one durable
- *   acknowledgement;
+ *   acknowledgement, timed in turns with the one-producer stores;
  * - a raw group commit (`bench/_raw_group_commit.ts`): producers append
  *   records, one write and one fdatasync per batch of whatever queued
  *   meanwhile, one or two flushes in flight (acks/s): the ceiling of a
@@ -95,43 +95,39 @@ export function sequentialWriteLimit(directory: string, totalBytes: number): Lim
   }
 }
 
+/** The 1-producer durable limit, opened: one 4 KiB write + fdatasync per put. */
+export interface DurableWrite {
+  /** Writes the next 4 KiB of the prepared file and fdatasyncs it, on the calling thread. */
+  put(): Promise<void>;
+  /** Closes the file; the caller removes its directory. */
+  close(): Promise<void>;
+}
+
 /**
- * For `durationMs`: write the next 4 KiB of a prepared file, fdatasync, on
- * the calling thread. Time-bound like the durable workloads it is the
- * limit of, so both sample the disk over spans of the same length.
+ * Opens the 1-producer durable limit in `directory`: each put writes the
+ * next 4 KiB of a prepared file (wrapping to its start) and fdatasyncs.
+ * It is timed as the one-producer stores are, taking turns with them
+ * (`_turns.ts`), so both sample the disk in the same minutes.
  */
-export async function durableWriteLimit(
-  directory: string,
-  durationMs: number,
-): Promise<LimitResult> {
-  const file = path.join(directory, "durable.bin");
+export async function openDurableWrite(directory: string): Promise<DurableWrite> {
   const fileBytes = DURABLE_FILE_BYTES;
-  const fd = await prepared(file, fileBytes);
+  const fd = await prepared(path.join(directory, "durable.bin"), fileBytes);
   const page = new Uint8Array(PAGE_BYTES).fill(0x5a);
-  const latenciesUs = new Samples();
-  try {
-    const start = performance.now();
-    const deadline = start + durationMs;
-    let position = 0;
-    let count = 0;
-    while (performance.now() < deadline) {
-      const t = performance.now();
+  let position = 0;
+  let open = true;
+  return {
+    put() {
       fs.writeSync(fd, page, 0, PAGE_BYTES, position);
       fs.fdatasyncSync(fd);
-      latenciesUs.push((performance.now() - t) * 1000);
-      count++;
       position = position + PAGE_BYTES >= fileBytes ? 0 : position + PAGE_BYTES;
-    }
-    const elapsedMs = performance.now() - start;
-    return {
-      ratePerS: count / elapsedMs * 1000,
-      count,
-      elapsedMs,
-      latenciesUs: latenciesUs.values(),
-    };
-  } finally {
-    fs.closeSync(fd);
-  }
+      return Promise.resolve();
+    },
+    close() {
+      if (open) fs.closeSync(fd);
+      open = false;
+      return Promise.resolve();
+    },
+  };
 }
 
 /**

@@ -1,10 +1,12 @@
 /**
  * Runs comparison cases on the runtime that runs this file and prints JSON
  * lines on stdout ({@link WorkerLine}): a header first, then each case's
- * result as soon as it is measured, so the cases finished before a worker
- * hung or died still count. Progress goes to stderr.
+ * result as soon as it is measured (a turn run's all at its end), so the
+ * cases finished before a worker hung or died still count. Progress goes
+ * to stderr.
  *
- * Spawned by `scripts/bench_compare.ts`, once per case, as
+ * Spawned by `scripts/bench_compare.ts`, once per run of
+ * {@link planRuns} (one case alone, or the cases that take turns), as
  * `deno run -A bench/compare/worker.ts --config FILE`,
  * `bun bench/compare/worker.ts --config FILE`,
  * `node --import tsx bench/compare/worker.ts --config FILE`, where FILE
@@ -22,16 +24,21 @@ import type { Durability, PeerProbe } from "./_peer.ts";
 import {
   buildCases,
   type CaseResult,
+  type CaseRun,
   type CaseSpec,
+  failedResult,
   PEERS,
+  planRuns,
   QUICK_SIZING,
   runCase,
+  runInTurns,
   warmupsOf,
 } from "./workloads.ts";
 
 /** What the orchestrator asks of one worker process. */
 export interface WorkerConfig {
-  cases: CaseSpec[];
+  /** Run one after the other. */
+  runs: CaseRun[];
   /** Parent of the runs' directories. */
   directory: string;
   /** Warm each case up first (`warmupsOf`). */
@@ -71,7 +78,7 @@ function readConfig(): WorkerConfig {
     if (file === undefined) throw new TypeError("--config needs a file");
     return JSON.parse(fs.readFileSync(file, "utf8")) as WorkerConfig;
   }
-  return { cases: buildCases(QUICK_SIZING), directory: os.tmpdir(), warmup: false };
+  return { runs: planRuns(buildCases(QUICK_SIZING)), directory: os.tmpdir(), warmup: false };
 }
 
 async function main(): Promise<void> {
@@ -90,30 +97,48 @@ async function main(): Promise<void> {
     type: "header",
     header: { runtime: host.name, runtimeVersion: host.version, peers, settings },
   });
+  const report = (result: CaseResult) => {
+    emit({ type: "result", result });
+    process.stderr.write(
+      `${host.name} ${result.id}: ` +
+        (result.skipped !== undefined ? `${result.skipped}\n` : `${result.ratePerS.toFixed(0)}/s` +
+          (result.p50Us === undefined
+            ? ""
+            : ` p50 ${result.p50Us.toFixed(0)} µs p99 ${result.p99Us?.toFixed(0)} µs`) +
+          (result.turns === undefined ? "" : ` (${result.turns} turns)`) +
+          "\n"),
+    );
+  };
+  const failed = (spec: CaseSpec, error: unknown) => report(failedResult(spec.id, error));
+  // A store missing on this runtime is reported skipped and left out of its run.
+  const available = (spec: CaseSpec) => {
+    if (spec.peer === undefined || peers[spec.peer]?.version !== undefined) return true;
+    skip(spec.id, peers[spec.peer]?.reason ?? `unknown peer ${spec.peer}`);
+    return false;
+  };
   const directory = fs.mkdtempSync(path.join(config.directory, "mqstore-compare-"));
   try {
-    for (const spec of config.cases) {
-      if (spec.peer !== undefined && peers[spec.peer]?.version === undefined) {
-        skip(spec.id, peers[spec.peer]?.reason ?? `unknown peer ${spec.peer}`);
+    for (const run of config.runs) {
+      const cases = run.cases.filter(available);
+      if (run.schedule === "turns") {
+        if (cases.length === 0) continue;
+        try {
+          const results = await runInTurns(cases, directory, config.warmup ? "warmed" : "cold");
+          for (const result of results) report(result);
+        } catch (error) {
+          for (const spec of cases) failed(spec, error);
+        }
         continue;
       }
-      try {
-        if (config.warmup) {
-          for (const warm of warmupsOf(spec)) await runCase(warm, directory);
+      for (const spec of cases) {
+        try {
+          if (config.warmup) {
+            for (const warm of warmupsOf(spec)) await runCase(warm, directory);
+          }
+          report(await runCase(spec, directory));
+        } catch (error) {
+          failed(spec, error);
         }
-        const result = await runCase(spec, directory);
-        emit({ type: "result", result });
-        process.stderr.write(
-          `${host.name} ${spec.id}: ${result.ratePerS.toFixed(0)}/s` +
-            (result.p50Us === undefined
-              ? ""
-              : ` p50 ${result.p50Us.toFixed(0)} µs p99 ${result.p99Us?.toFixed(0)} µs`) +
-            "\n",
-        );
-      } catch (error) {
-        const reason = error instanceof Error ? error.message.split("\n")[0]! : String(error);
-        process.stderr.write(`${host.name} ${spec.id}: FAILED ${reason}\n`);
-        skip(spec.id, `failed: ${reason}`);
       }
     }
   } finally {

@@ -1,8 +1,10 @@
 /**
- * The workloads of the side-by-side comparison and how one of them runs
- * on the current runtime. The orchestrator (`scripts/bench_compare.ts`)
- * builds the list with {@link buildCases}; the worker (`worker.ts`) runs
- * it with {@link runCase}.
+ * The workloads of the side-by-side comparison and how they run on the
+ * current runtime. The orchestrator (`scripts/bench_compare.ts`) builds
+ * the list with {@link buildCases}, narrows it with {@link selectCases}
+ * and splits it into worker runs with {@link planRuns}; the worker
+ * (`worker.ts`) runs a case alone with {@link runCase}, or the cases of a
+ * turn run together with {@link runInTurns}.
  *
  * - `throughput`: N records put in batches of 1000 with `async` durability
  *   (records/s);
@@ -13,16 +15,21 @@
  *   flight ({@link GROUP_FLUSHES}), and the 64-producer workloads are read
  *   against the better of the two.
  *
+ * The one-producer durable cells of a payload size and its `fsync` limit
+ * take turns in one process ({@link takesTurns}, `_turns.ts`): this VM's
+ * fdatasync latency moves by 2–3× from minute to minute, and timed one
+ * after the other they compared the stores' minutes more than the stores.
+ *
  * @module
  */
 
 import fs from "node:fs";
 import path from "node:path";
 import {
-  durableWriteLimit,
   groupCommitLimit,
   type LimitResult,
   memcpyLimit,
+  openDurableWrite,
   sequentialWriteLimit,
 } from "./limits.ts";
 import { levelPeer } from "./level_peer.ts";
@@ -31,6 +38,7 @@ import { mqstoreBatchPeer, mqstorePeer } from "./mqstore_peer.ts";
 import type { PeerModule } from "./_peer.ts";
 import { sqlitePeer } from "./sqlite_peer.ts";
 import { percentile, Samples } from "./_stats.ts";
+import { takeTurns, type TurnPut } from "./_turns.ts";
 
 /** Records per batch in the throughput workloads. */
 export const BATCH_RECORDS = 1000;
@@ -80,6 +88,8 @@ export interface CaseResult {
   elapsedMs: number;
   p50Us?: number;
   p99Us?: number;
+  /** Turns the case took, when it ran in turns ({@link runInTurns}); `elapsedMs` is their time. */
+  turns?: number;
   /** Set when the case could not run here (peer missing, failure). */
   skipped?: string;
 }
@@ -129,13 +139,17 @@ export function buildCases(sizing: Sizing): CaseSpec[] {
     producers: 1,
     count: sizing.sequentialBytes,
   });
-  cases.push({
-    id: "fsync",
-    kind: "fsync",
-    payloadBytes: 0x1000,
-    producers: 1,
-    durationMs: sizing.durableMs,
-  });
+  // One per payload size, though each writes 4 KiB: each takes turns with
+  // that size's one-producer stores, its × limit read in their minutes.
+  for (const payloadBytes of PAYLOAD_SIZES) {
+    cases.push({
+      id: `fsync/${payloadBytes}`,
+      kind: "fsync",
+      payloadBytes,
+      producers: 1,
+      durationMs: sizing.durableMs,
+    });
+  }
   for (const payloadBytes of PAYLOAD_SIZES) {
     for (const flushesMax of GROUP_FLUSHES) {
       cases.push({
@@ -176,6 +190,66 @@ export function buildCases(sizing: Sizing): CaseSpec[] {
     }
   }
   return cases;
+}
+
+/** Which cases {@link selectCases} keeps; see `scripts/bench_compare.ts`'s `--only` and `--filter`. */
+export interface CaseSelection {
+  /** Only the stores' cases whose id contains it (limits always kept). */
+  only?: string;
+  /** Only the cases, limits included, whose id contains one of them. */
+  filter?: readonly string[];
+}
+
+/** The cases that `selection` keeps, in their order. */
+export function selectCases(cases: readonly CaseSpec[], selection: CaseSelection): CaseSpec[] {
+  const { only, filter } = selection;
+  return cases.filter((c) =>
+    (only === undefined || c.peer === undefined || c.id.includes(only)) &&
+    (filter === undefined || filter.some((text) => c.id.includes(text)))
+  );
+}
+
+/**
+ * Whether a case takes turns with others in one process rather than
+ * running alone: the one-producer durable cells and the `fsync` limit
+ * they are read against (see the module doc).
+ */
+export function takesTurns(spec: CaseSpec): boolean {
+  return (spec.kind === "durable" && spec.producers === 1) || spec.kind === "fsync";
+}
+
+/**
+ * What one worker process runs: one case `alone`, or cases that take
+ * `turns` ({@link runInTurns}).
+ */
+export interface CaseRun {
+  schedule: "alone" | "turns";
+  cases: CaseSpec[];
+}
+
+/**
+ * The worker runs of `cases`: every case alone, except those that take
+ * turns ({@link takesTurns}), which go in one run per payload size, at the
+ * place of the first of them, in case order. A selection naming one such
+ * case gives a turn run of one: that case alone.
+ */
+export function planRuns(cases: readonly CaseSpec[]): CaseRun[] {
+  const runs: CaseRun[] = [];
+  const turnRuns = new Map<number, CaseRun>();
+  for (const spec of cases) {
+    if (!takesTurns(spec)) {
+      runs.push({ schedule: "alone", cases: [spec] });
+      continue;
+    }
+    let run = turnRuns.get(spec.payloadBytes);
+    if (run === undefined) {
+      run = { schedule: "turns", cases: [] };
+      turnRuns.set(spec.payloadBytes, run);
+      runs.push(run);
+    }
+    run.cases.push(spec);
+  }
+  return runs;
 }
 
 /**
@@ -278,10 +352,7 @@ export async function runCase(spec: CaseSpec, directory: string): Promise<CaseRe
       case "sequential":
         return fromLimit(spec.id, sequentialWriteLimit(runDirectory, spec.count ?? 1));
       case "fsync":
-        return fromLimit(
-          spec.id,
-          await durableWriteLimit(runDirectory, spec.durationMs ?? 1_000),
-        );
+        return (await runInTurns([spec], runDirectory, "cold"))[0]!;
       case "group":
         return fromLimit(
           spec.id,
@@ -301,6 +372,85 @@ export async function runCase(spec: CaseSpec, directory: string): Promise<CaseRe
   } finally {
     fs.rmSync(runDirectory, { recursive: true, force: true });
   }
+}
+
+/** The result of a case that failed: no figure, and the error's first line. */
+export function failedResult(id: string, error: unknown): CaseResult {
+  const reason = error instanceof Error ? error.message.split("\n")[0]! : String(error);
+  return { id, ratePerS: 0, count: 0, elapsedMs: 0, skipped: `failed: ${reason}` };
+}
+
+/**
+ * Runs `specs` (cases that take turns, {@link takesTurns}) in turns in this
+ * process (`_turns.ts`): each store is opened with `sync` durability, or
+ * the limit's file prepared, in a fresh subdirectory of `directory`
+ * (removed after); when `start` is `warmed`, each then puts untimed for
+ * its warm-up ({@link warmupsOf}: a tenth of its duration, at least 100 ms),
+ * one after the other; then they take turns of 100 ms until each has had
+ * its `durationMs`. Answers a result per spec, in order: a store that
+ * fails to open or to put is reported failed and the others go on.
+ */
+export async function runInTurns(
+  specs: readonly CaseSpec[],
+  directory: string,
+  start: "warmed" | "cold",
+): Promise<CaseResult[]> {
+  const durationMs = specs[0]?.durationMs ?? 1_000;
+  for (const spec of specs) {
+    if (!takesTurns(spec) || spec.durationMs !== specs[0]!.durationMs) {
+      throw new RangeError(`${spec.id} cannot take turns with ${specs[0]!.id}`);
+    }
+  }
+  const results: (CaseResult | undefined)[] = specs.map(() => undefined);
+  const takers: { index: number; put: TurnPut; close: () => Promise<void> }[] = [];
+  const runDirectory = fs.mkdtempSync(path.join(directory, "turns-"));
+  try {
+    for (const [index, spec] of specs.entries()) {
+      const own = path.join(runDirectory, String(index));
+      fs.mkdirSync(own);
+      try {
+        if (spec.kind === "fsync") {
+          const limit = await openDurableWrite(own);
+          takers.push({ index, put: () => limit.put(), close: () => limit.close() });
+        } else {
+          const peer = await peerOf(spec.peer).open(own, "sync");
+          const body = payload(spec.payloadBytes);
+          takers.push({ index, put: () => peer.put(body), close: () => peer.close() });
+        }
+      } catch (error) {
+        results[index] = failedResult(spec.id, error);
+      }
+    }
+    const warmUpMs = start === "warmed" ? warmupsOf(specs[0]!)[0]!.durationMs ?? 0 : 0;
+    const tallies = takers.length === 0
+      ? []
+      : await takeTurns(takers.map((taker) => taker.put), { durationMs, warmUpMs });
+    tallies.forEach((tally, k) => {
+      const spec = specs[takers[k]!.index]!;
+      results[takers[k]!.index] = tally.failure !== undefined
+        ? failedResult(spec.id, tally.failure)
+        : {
+          id: spec.id,
+          ratePerS: tally.ratePerS,
+          count: tally.acks,
+          elapsedMs: tally.busyMs,
+          turns: tally.turns,
+          p50Us: percentile(tally.latenciesUs, 0.5),
+          p99Us: percentile(tally.latenciesUs, 0.99),
+        };
+    });
+  } finally {
+    for (const taker of takers) {
+      try {
+        await taker.close();
+      } catch (error) {
+        // A store that fails to close failed its case: its figure stays out.
+        results[taker.index] = failedResult(specs[taker.index]!.id, error);
+      }
+    }
+    fs.rmSync(runDirectory, { recursive: true, force: true });
+  }
+  return results.map((result, i) => result ?? failedResult(specs[i]!.id, "no result"));
 }
 
 /**
