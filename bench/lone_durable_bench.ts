@@ -4,13 +4,16 @@
  * opens it), the runtime's SQLite (WAL, `synchronous=FULL`) and a raw loop
  * (each record appended with one positional write and one `fdatasync`
  * into a file prepared like mqstore's warmed segments), each putting for
- * `--slice-ms` in turn, so that all three see the same device. Each
- * round of turns starts with the next store (mqstore, SQLite, raw; then
- * SQLite, raw, mqstore; then raw, mqstore, SQLite): mqstore's background
- * flushes (consume queues, index, checkpoint) can fall in the other
- * stores' turns, and in a fixed order the turn after mqstore's was
- * always SQLite's. The turns are `compare/_turns.ts`'s, which the
- * comparison's one-producer durable cells take too.
+ * `--slice-ms` in turn, so that all three see the same device. The
+ * rounds of turns follow the rows of a balanced Latin square (mqstore,
+ * SQLite, raw; SQLite, raw, mqstore; raw, mqstore, SQLite; then the same
+ * reversed), so each store follows each other store equally often:
+ * mqstore's background flushes (consume queues, index, checkpoint) can
+ * fall in the turn after its own, and in a fixed order, or one rotated
+ * round by round, that turn was always SQLite's. The turns are
+ * `compare/_turns.ts`'s, which the comparison's one-producer durable
+ * cells take too; a yield to the event loop before each turn keeps a
+ * store's timers out of the next store's turn (not its thread-pool work).
  *
  * ```
  * open      the three, then 200 ms of puts each (untimed)

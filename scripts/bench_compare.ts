@@ -23,17 +23,16 @@
  * (`durable/<store>/1/<payload>`): those of a payload size, with the
  * 4 KiB write + fdatasync limit of that size (`fsync/<payload>`), run in
  * one worker process and take turns of 100 ms
- * (`bench/compare/_turns.ts`), each round starting with the next store,
- * until each has had the case's duration; a store's acks/s is its acks
- * over its own turn time, its latencies from its turns only. This VM's
- * fdatasync latency moves by 2–3× from minute to minute, and timed one
- * after the other the stores drew different minutes: one full Node run
- * (session 19, 1 KiB) put mqstore at 1.8 k acks/s (1.6–5.6 k over 3
- * repeats) against SQLite's 4.2 k (1.7–4.8 k), a 0.43× of the minutes,
- * while turns of 100 ms in one process held mqstore ÷ SQLite at 1.04–1.13
- * as the rates ran from 1.4 k to 3.9 k (`bench/lone_durable_bench.ts`).
- * A filter naming one of these cells runs it alone; naming several runs
- * just those in turns.
+ * (`bench/compare/_turns.ts`), the rounds in the order of a balanced
+ * Latin square's rows so that each store follows every other equally
+ * often, until each has had the case's duration; a store's acks/s is its
+ * acks over its own turn time, its latencies from its turns only. This
+ * VM's fdatasync latency moves by 2–3× from minute to minute, and timed
+ * one after the other the stores drew different minutes: in a run on
+ * 2026-12-02 with separate workers, Node 1 KiB, mqstore made 1.8 k acks/s
+ * (1.6–5.6 k over 3 repeats) against SQLite's 4.2 k (1.7–4.8 k); in
+ * turns, 3 repeats, mqstore ÷ SQLite was 1.07–1.13×. A filter naming one
+ * of these cells runs it alone; naming several runs just those in turns.
  *
  * The runtimes take turns, and the order of the runs (and of the cases in
  * a turn run) is reversed every other repeat, so no store always runs
@@ -41,8 +40,8 @@
  * VM). Each throughput case is timed after two untimed runs of its full
  * size, each on a fresh store (`THROUGHPUT_WARMUP_RUNS`), the same for
  * every store; the other cases after a tenth of their size (in a turn
- * run, each store puts for a tenth of its duration, one after the other,
- * before the turns). The report gives medians and the spread (min–max)
+ * run, each store puts for a tenth of its duration into the very store
+ * it is then timed on, one after the other, before the turns). The report gives medians and the spread (min–max)
  * over the repeats.
  *
  * @module
@@ -78,7 +77,7 @@ import {
   selectCases,
   THROUGHPUT_WARMUP_RUNS,
 } from "../bench/compare/workloads.ts";
-import { SLICE_MS } from "../bench/compare/_turns.ts";
+import { PUT_DEADLINE_MS, SLICE_MS } from "../bench/compare/_turns.ts";
 import { readFlags } from "../bench/_harness.ts";
 import { BIN, exitOf, jsonLines, ROOT, runBench } from "./_bench_runner.ts";
 
@@ -401,8 +400,10 @@ function main(): void {
     } records of 128 B or ${
       sizing.throughputRecords[1024]!.toLocaleString("en")
     } of 1 KiB in batches of ${BATCH_RECORDS}. **sync**: a record is acknowledged only once it is on disk; 1 producer, or ${MANY_PRODUCERS} concurrent producers, put for ${sizing.durableMs} ms and every ack's latency is recorded.`,
-    "- Limits are measured by the same worker: memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync (the 1-producer limit, measured once per payload size in turns with that size's 1-producer stores); a raw group commit of 64 producers, one write + fdatasync per batch, with 1 and with 2 flushes in flight (the 64-producer limit is the better of the two). The durable limits write into a file prepared as mqstore's SYNC_FLUSH segments are (allocated, pre-faulted, zeros written through), as `bench/commit_log_bench.ts` measures them too (`bench/_raw_group_commit.ts`).",
-    `- **1-producer sync cells are measured in turns.** For each payload size, every store and the 4 KiB write + fdatasync limit are opened in one worker process, warmed up (untimed, one after the other), then take turns of ${SLICE_MS} ms, each round starting with the next, until each has had ${sizing.durableMs} ms; a store's acks/s is its acks over its own turn time, and its latencies come from its turns only. Why: this VM's fdatasync latency moves 2–3× from minute to minute, and timed one after the other (until session 19) a full Node run put mqstore at 1.8 k acks/s against SQLite's 4.2 k (spreads 1.6–5.6 k and 1.7–4.8 k over 3 repeats), a 0.43× of the minutes, not of the stores. Repeats, medians and spreads are as for every other case; the limit's × is read from the same turns.`,
+    "- Limits are measured on the same runtime as the stores, each in a worker process of its own like the stores' cases (the 4 KiB write + fdatasync limit excepted, see below): memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync (the 1-producer limit, measured once per payload size in turns with that size's 1-producer stores); a raw group commit of 64 producers, one write + fdatasync per batch, with 1 and with 2 flushes in flight (the 64-producer limit is the better of the two). The durable limits write into a file prepared as mqstore's SYNC_FLUSH segments are (allocated, pre-faulted, zeros written through), as `bench/commit_log_bench.ts` measures them too (`bench/_raw_group_commit.ts`).",
+    `- **1-producer sync cells are measured in turns.** For each payload size, every store and the 4 KiB write + fdatasync limit are opened in one worker process, each warmed up on the very store (or file) it is then timed on (untimed, one after the other), then they take turns of ${SLICE_MS} ms until each has had ${sizing.durableMs} ms. The rounds follow the rows of a balanced (Williams) Latin square, so each store's turn follows every other store's equally often (a store's background flushes can fall in the next turn), and an untimed yield to the event loop before each turn lets the last store's timers run outside the next store's turn (work on the runtime's thread pool can still overlap it). A store's acks/s is its acks over its own turn time, and its latencies come from its turns only; a put that does not settle within ${
+      PUT_DEADLINE_MS / 1000
+    } s fails its store alone. Why: this VM's fdatasync latency moves 2–3× from minute to minute, and stores timed one after the other drew different minutes: in a run on 2026-12-02 with separate workers, Node 1 KiB, mqstore made 1.8 k acks/s (1.6–5.6 k over 3 repeats) against SQLite's 4.2 k (1.7–4.8 k); in turns, 3 repeats, mqstore ÷ SQLite was 1.07–1.13×. Repeats, medians and spreads are as for every other case; the limit's × is read from the same turns.`,
     `- Every other case runs on a fresh directory, in a worker process of its own: nothing a case leaves in the runtime (heap sizes, the engine's allocation decisions) reaches the next. Each throughput case is timed after ${THROUGHPUT_WARMUP_RUNS} untimed runs of its full size, each on a fresh store (the same for every store: before that, mqstore's JavaScript put path had not reached its steady speed); the other cases after a warm-up of a tenth of their size. Runtimes take turns and the order of the runs (and of the stores in a turn run) is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.`,
     "- SQLite's drivers are synchronous, so it has no 64-producer row (producers on one thread would only take turns). `mqstore-batch` sends each 1000 records as one `putMessages()` batch; `mqstore` issues 1000 `putMessage()` calls and awaits them together.",
     "- Other processes on this VM may have run meanwhile: read the spread before the medians.",

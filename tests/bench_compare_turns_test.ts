@@ -1,11 +1,52 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { roundOrder, takeTurns, type TurnPut } from "../bench/compare/_turns.ts";
+import {
+  PUT_DEADLINE_MS,
+  roundOrder,
+  roundsPerCycle,
+  takeTurns,
+  type TurnPut,
+  type TurnTimer,
+  type TurnTimers,
+} from "../bench/compare/_turns.ts";
 
 /** A clock the test moves: each fake put advances it by its cost. */
 class FakeClock {
   nowMs = 0;
   readonly now = (): number => this.nowMs;
+}
+
+/**
+ * Timers the test controls: a deadline elapses only when the test calls
+ * {@link expirePending}, and the yield between turns is only logged.
+ */
+class FakeTimers implements TurnTimers {
+  /** What happened, in order: `yield` and whatever the test logs. */
+  readonly log: string[] = [];
+  /** The ms of every deadline asked for. */
+  readonly deadlinesMs: number[] = [];
+  #pending = new Set<() => void>();
+
+  after(ms: number): TurnTimer {
+    this.deadlinesMs.push(ms);
+    let expire = () => {};
+    const elapsed = new Promise<void>((resolve) => {
+      expire = resolve;
+    });
+    this.#pending.add(expire);
+    return { elapsed, clear: () => this.#pending.delete(expire) };
+  }
+
+  yieldToLoop(): Promise<void> {
+    this.log.push("yield");
+    return Promise.resolve();
+  }
+
+  /** Lets every deadline not yet cleared elapse. */
+  expirePending(): void {
+    for (const expire of this.#pending) expire();
+    this.#pending.clear();
+  }
 }
 
 /** A fake durable writer taking `costMs` of the fake clock a put; counts its puts. */
@@ -22,27 +63,109 @@ function fakeTaker(clock: FakeClock, costMs: number): { put: TurnPut; puts: () =
 }
 
 describe("bench/compare/_turns", () => {
-  test("roundOrder() starts round r with taker r mod n and goes on in list order", () => {
-    assert.deepEqual(roundOrder(0, 3), [0, 1, 2]);
-    assert.deepEqual(roundOrder(1, 3), [1, 2, 0]);
-    assert.deepEqual(roundOrder(5, 3), [2, 0, 1]);
+  test("roundOrder() answers the rows of a Williams square, every taker once a round, cycling", () => {
+    // Row 0 is 0, 1, n−1, 2, n−2, …; row r adds r.
+    assert.deepEqual(roundOrder(0, 5), [0, 1, 4, 2, 3]);
+    assert.deepEqual(roundOrder(2, 5), [2, 3, 1, 4, 0]);
+    assert.deepEqual(roundOrder(0, 4), [0, 1, 3, 2]);
+    assert.deepEqual(roundOrder(3, 4), [3, 0, 2, 1]);
+    // An odd count also has the reversed rows, starting with row n−2's.
+    assert.deepEqual(roundOrder(3, 3), [0, 2, 1]);
     assert.deepEqual(roundOrder(4, 1), [0]);
+    for (let count = 1; count <= 8; count++) {
+      const rows = roundsPerCycle(count);
+      assert.equal(rows, count <= 2 ? 1 : count % 2 === 0 ? count : 2 * count);
+      for (let round = 0; round < rows; round++) {
+        const order = roundOrder(round, count);
+        assert.deepEqual([...order].sort((a, b) => a - b), [...Array(count).keys()]);
+        assert.deepEqual(roundOrder(round + rows, count), order);
+      }
+    }
     assert.throws(() => roundOrder(0, 0), RangeError);
     assert.throws(() => roundOrder(-1, 2), RangeError);
+    assert.throws(() => roundsPerCycle(0), RangeError);
   });
 
-  test("takeTurns() gives every taker ceil(durationMs / sliceMs) turns, each round starting with the next", async () => {
+  test("takeTurns() gives every taker ceil(durationMs / sliceMs) turns, in roundOrder()'s order", async () => {
     const clock = new FakeClock();
+    const timers = new FakeTimers();
     const takers = [1, 2, 5].map((cost) => fakeTaker(clock, cost));
     const order: number[] = [];
     const tallies = await takeTurns(takers.map((t) => t.put), {
       sliceMs: 10,
       durationMs: 25,
       now: clock.now,
+      timers,
       onTurn: (i) => order.push(i),
     });
-    assert.deepEqual(order, [0, 1, 2, 1, 2, 0, 2, 0, 1]);
+    assert.deepEqual(order, [0, 1, 2].flatMap((round) => roundOrder(round, 3)));
     assert.deepEqual(tallies.map((t) => t.turns), [3, 3, 3]);
+  });
+
+  test("takeTurns() has every taker follow every other equally often over a cycle of rounds, and none follow itself", async () => {
+    for (let count = 3; count <= 7; count++) {
+      const clock = new FakeClock();
+      // One put of a whole slice a turn; two cycles, to see the boundary between them too.
+      const takers = Array.from({ length: count }, () => fakeTaker(clock, 10));
+      const rows = roundsPerCycle(count);
+      const order: number[] = [];
+      await takeTurns(takers.map((t) => t.put), {
+        sliceMs: 10,
+        durationMs: 2 * rows * 10,
+        now: clock.now,
+        timers: new FakeTimers(),
+        onTurn: (i) => order.push(i),
+      });
+      assert.equal(order.length, 2 * rows * count);
+      const within = new Map<string, number>();
+      const across = new Map<string, number>();
+      // The first cycle's turns, each with the turn after it (the last with the next cycle's first).
+      for (let k = 0; k < rows * count; k++) {
+        const pair = `${order[k]}→${order[k + 1]}`;
+        assert.notEqual(order[k], order[k + 1], `count ${count}: ${pair} at turn ${k}`);
+        const tally = (k + 1) % count === 0 ? across : within;
+        tally.set(pair, (tally.get(pair) ?? 0) + 1);
+      }
+      // rows × (count − 1) adjacencies within rounds, over count × (count − 1) ordered pairs.
+      assert.equal(within.size, count * (count - 1), `count ${count}`);
+      for (const [pair, n] of within) assert.equal(n, rows / count, `count ${count}: ${pair}`);
+      // Each round boundary adds one to a pair, no pair twice in a cycle.
+      assert.equal(across.size, rows, `count ${count}`);
+    }
+  });
+
+  test("takeTurns() alternates two takers, with no double turn at a round's boundary", async () => {
+    const clock = new FakeClock();
+    const takers = [fakeTaker(clock, 10), fakeTaker(clock, 10)];
+    const order: number[] = [];
+    await takeTurns(takers.map((t) => t.put), {
+      sliceMs: 10,
+      durationMs: 50,
+      now: clock.now,
+      timers: new FakeTimers(),
+      onTurn: (i) => order.push(i),
+    });
+    assert.deepEqual(order, [0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
+  });
+
+  test("takeTurns() yields to the event loop before every turn, outside the turn's time", async () => {
+    const clock = new FakeClock();
+    const timers = new FakeTimers();
+    const takers = [fakeTaker(clock, 4), fakeTaker(clock, 4)];
+    const [a, b] = await takeTurns(takers.map((t) => t.put), {
+      sliceMs: 10,
+      durationMs: 20,
+      now: clock.now,
+      timers,
+      onTurn: (i) => timers.log.push(`turn ${i}`),
+    });
+    assert.deepEqual(timers.log, [
+      ...["yield", "turn 0", "yield", "turn 1"],
+      ...["yield", "turn 0", "yield", "turn 1"],
+    ]);
+    // Three puts of 4 ms a turn: the yields took none of it.
+    assert.equal(a!.busyMs, 24);
+    assert.equal(b!.busyMs, 24);
   });
 
   test("takeTurns() counts each taker's acks, turn time and latencies from its own turns, warm-up excluded", async () => {
@@ -54,6 +177,7 @@ describe("bench/compare/_turns", () => {
       durationMs: 20,
       warmUpMs: 5,
       now: clock.now,
+      timers: new FakeTimers(),
     });
     // Warm-up: the fast one puts at 0..4 (5 puts), the slow one at 5 and 8 (2 puts).
     // Turns of 10 ms: the fast one puts 10 times a turn, the slow one 4 (at
@@ -87,6 +211,7 @@ describe("bench/compare/_turns", () => {
       sliceMs: 10,
       durationMs: 30,
       now: clock.now,
+      timers: new FakeTimers(),
       onTurn: (i) => order.push(i),
     });
     assert.deepEqual(order, [0, 1, 0, 0]);
@@ -99,7 +224,41 @@ describe("bench/compare/_turns", () => {
     assert.equal(b!.failure.message, "device gone");
   });
 
-  test("takeTurns() refuses a slice or duration that is not positive", async () => {
+  test("takeTurns() fails a taker whose put does not settle by the deadline, and goes on with the others", async () => {
+    const clock = new FakeClock();
+    const timers = new FakeTimers();
+    const steady = fakeTaker(clock, 2);
+    let puts = 0;
+    const hanging: TurnPut = () => {
+      clock.nowMs += 2;
+      if (++puts < 3) return Promise.resolve();
+      // Its third put never settles: the deadline taken for it elapses.
+      timers.expirePending();
+      return new Promise<void>(() => {});
+    };
+    const order: number[] = [];
+    const [a, b] = await takeTurns([steady.put, hanging], {
+      sliceMs: 10,
+      durationMs: 30,
+      now: clock.now,
+      timers,
+      onTurn: (i) => order.push(i),
+    });
+    assert.deepEqual(order, [0, 1, 0, 0]);
+    assert.equal(a!.acks, 15);
+    assert.equal(a!.failure, undefined);
+    assert.equal(b!.turns, 1);
+    assert.equal(b!.acks, 2);
+    assert.match(
+      b!.failure?.message ?? "",
+      new RegExp(`did not settle within ${PUT_DEADLINE_MS} ms`),
+    );
+    // Every put had its deadline, the default one.
+    assert.equal(timers.deadlinesMs.length, 15 + 3);
+    assert.deepEqual([...new Set(timers.deadlinesMs)], [PUT_DEADLINE_MS]);
+  });
+
+  test("takeTurns() refuses a slice, duration or put deadline that is not positive", async () => {
     const clock = new FakeClock();
     const { put } = fakeTaker(clock, 1);
     await assert.rejects(
@@ -107,6 +266,10 @@ describe("bench/compare/_turns", () => {
       RangeError,
     );
     await assert.rejects(takeTurns([put], { durationMs: Number.NaN, now: clock.now }), RangeError);
+    await assert.rejects(
+      takeTurns([put], { durationMs: 10, putDeadlineMs: 0, now: clock.now }),
+      RangeError,
+    );
     assert.equal(clock.nowMs, 0);
   });
 });
