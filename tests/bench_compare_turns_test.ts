@@ -6,48 +6,8 @@ import {
   roundsPerCycle,
   takeTurns,
   type TurnPut,
-  type TurnTimer,
-  type TurnTimers,
 } from "../bench/compare/_turns.ts";
-
-/** A clock the test moves: each fake put advances it by its cost. */
-class FakeClock {
-  nowMs = 0;
-  readonly now = (): number => this.nowMs;
-}
-
-/**
- * Timers the test controls: a deadline elapses only when the test calls
- * {@link expirePending}, and the yield between turns is only logged.
- */
-class FakeTimers implements TurnTimers {
-  /** What happened, in order: `yield` and whatever the test logs. */
-  readonly log: string[] = [];
-  /** The ms of every deadline asked for. */
-  readonly deadlinesMs: number[] = [];
-  #pending = new Set<() => void>();
-
-  after(ms: number): TurnTimer {
-    this.deadlinesMs.push(ms);
-    let expire = () => {};
-    const elapsed = new Promise<void>((resolve) => {
-      expire = resolve;
-    });
-    this.#pending.add(expire);
-    return { elapsed, clear: () => this.#pending.delete(expire) };
-  }
-
-  yieldToLoop(): Promise<void> {
-    this.log.push("yield");
-    return Promise.resolve();
-  }
-
-  /** Lets every deadline not yet cleared elapse. */
-  expirePending(): void {
-    for (const expire of this.#pending) expire();
-    this.#pending.clear();
-  }
-}
+import { FakeClock, FakeTimers } from "./_turn_fakes.ts";
 
 /** A fake durable writer taking `costMs` of the fake clock a put; counts its puts. */
 function fakeTaker(clock: FakeClock, costMs: number): { put: TurnPut; puts: () => number } {

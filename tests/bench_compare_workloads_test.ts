@@ -1,18 +1,80 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { Peer, PeerModule } from "../bench/compare/_peer.ts";
+import { PUT_DEADLINE_MS } from "../bench/compare/_turns.ts";
 import { summarise } from "../bench/compare/_summary.ts";
 import {
   buildCases,
   type CaseResult,
+  type CaseRun,
+  type CaseSpec,
   FULL_SIZING,
   MANY_PRODUCERS,
   planRuns,
+  runCase,
+  runInTurns,
+  runsOfRepeat,
   selectCases,
   takesTurns,
 } from "../bench/compare/workloads.ts";
+import { withTempDirectory } from "./_helpers.ts";
+import { FakeClock, FakeTimers } from "./_turn_fakes.ts";
 
 const ALL = buildCases(FULL_SIZING);
 const ids = (cases: readonly { id: string }[]) => cases.map((c) => c.id);
+
+/** How a fake store behaves. */
+type FakeBehaviour = "steady" | "open fails" | "close fails" | "close hangs";
+
+/**
+ * A store that writes nothing: a put takes 2 ms of the fake clock. It
+ * records its puts and closes in `log`.
+ */
+function fakePeer(
+  name: string,
+  behaviour: FakeBehaviour,
+  clock: FakeClock,
+  timers: FakeTimers,
+): PeerModule {
+  return {
+    name,
+    probe: () => Promise.resolve({ version: `${name} 0` }),
+    settings: () => "fake",
+    supportsProducers: (producers) => producers === 1,
+    open(): Promise<Peer> {
+      if (behaviour === "open fails") return Promise.reject(new Error(`${name} cannot open`));
+      return Promise.resolve({
+        put() {
+          clock.nowMs += 2;
+          return Promise.resolve();
+        },
+        putBatch: () => Promise.reject(new Error("not in turns")),
+        close() {
+          timers.log.push(`close ${name}`);
+          if (behaviour === "close fails") return Promise.reject(new Error(`${name} cannot close`));
+          if (behaviour === "close hangs") {
+            // The deadline runInTurns took for this close elapses.
+            timers.expirePending();
+            return new Promise<void>(() => {});
+          }
+          return Promise.resolve();
+        },
+      });
+    },
+  };
+}
+
+/** A one-producer durable cell of `peer`: 30 ms, three turns of 10 ms. */
+function durableCell(peer: string): CaseSpec {
+  return {
+    id: `durable/${peer}/1/128`,
+    kind: "durable",
+    peer,
+    payloadBytes: 128,
+    producers: 1,
+    durationMs: 30,
+  };
+}
 
 describe("bench/compare/workloads", () => {
   test("planRuns() puts each payload's one-producer durable cells and fsync limit in one turn run, and every other case alone", () => {
@@ -98,5 +160,76 @@ describe("bench/compare/workloads", () => {
     assert.equal(byId.get("durable/mqstore/1/128")!.toBestPeer, 1.5);
     assert.equal(byId.get("durable/mqstore/1/1024")!.limitId, "fsync/1024");
     assert.equal(byId.get("durable/mqstore/1/1024")!.toLimit, 0.5);
+  });
+
+  test("runsOfRepeat() keeps the plan on even repeats and reverses the runs and each turn run's cases on odd ones", () => {
+    const runs = planRuns(selectCases(ALL, { filter: ["memcpy", "durable/mqstore/1/", "fsync"] }));
+    const shape = (list: readonly CaseRun[]) => list.map((run) => ids(run.cases));
+    assert.deepEqual(runsOfRepeat(runs, 0), runs);
+    assert.deepEqual(runsOfRepeat(runs, 2), runs);
+    const odd = runsOfRepeat(runs, 1);
+    assert.deepEqual(shape(odd), shape(runs).reverse().map((cases) => [...cases].reverse()));
+    assert.deepEqual(odd.map((run) => run.schedule), runs.map((run) => run.schedule).reverse());
+    assert.deepEqual(runsOfRepeat(runs, 3), odd);
+    // The plan itself is left as it was.
+    assert.deepEqual(
+      shape(runs),
+      shape(planRuns(selectCases(ALL, { filter: ["memcpy", "durable/mqstore/1/", "fsync"] }))),
+    );
+    assert.throws(() => runsOfRepeat(runs, -1), RangeError);
+  });
+
+  test("runCase() refuses the cases that take turns", async () => {
+    await withTempDirectory(async (directory) => {
+      for (const id of ["fsync/128", "durable/mqstore/1/1024"]) {
+        const spec = ALL.find((c) => c.id === id)!;
+        await assert.rejects(runCase(spec, directory), RangeError);
+      }
+    });
+  });
+
+  test("runInTurns() reports a store that fails to open, to close, or whose close hangs, and the others' figures", async () => {
+    await withTempDirectory(async (directory) => {
+      const clock = new FakeClock();
+      const timers = new FakeTimers();
+      const behaviours: Record<string, FakeBehaviour> = {
+        a: "steady",
+        broken: "open fails",
+        stuck: "close hangs",
+        b: "steady",
+        sticky: "close fails",
+      };
+      const peers = Object.entries(behaviours).map(([name, behaviour]) =>
+        fakePeer(name, behaviour, clock, timers)
+      );
+      const specs = Object.keys(behaviours).map(durableCell);
+      const results = await runInTurns(specs, directory, "cold", {
+        peers,
+        turns: { sliceMs: 10, now: clock.now, timers },
+      });
+      assert.deepEqual(ids(results), ids(specs));
+      const [a, broken, stuck, b, sticky] = results;
+      for (const result of [a!, b!]) {
+        assert.equal(result.skipped, undefined);
+        // Three turns of five 2 ms puts.
+        assert.equal(result.turns, 3);
+        assert.equal(result.count, 15);
+        assert.equal(result.elapsedMs, 30);
+        assert.equal(result.ratePerS, 500);
+      }
+      assert.equal(broken!.skipped, "failed: broken cannot open");
+      assert.equal(sticky!.skipped, "failed: sticky cannot close");
+      assert.equal(
+        stuck!.skipped,
+        `failed: Closing durable/stuck/1/128 did not settle within ${PUT_DEADLINE_MS} ms`,
+      );
+      // Every store opened was closed, those after the hung close too.
+      assert.deepEqual(timers.log.filter((line) => line.startsWith("close")), [
+        "close a",
+        "close stuck",
+        "close b",
+        "close sticky",
+      ]);
+    });
   });
 });

@@ -187,6 +187,35 @@ export function roundOrder(round: number, count: number): number[] {
 }
 
 /**
+ * What `start()` settles with, or a rejection with an Error of `message`
+ * once `deadlineMs` have passed on `timers` (the deadline's timer is
+ * cleared either way). What `start()` throws is a rejection too.
+ *
+ * @example
+ * ```ts
+ * await settleWithin(() => peer.close(), PUT_DEADLINE_MS, LOOP_TIMERS, "close hung");
+ * ```
+ */
+export async function settleWithin<T>(
+  start: () => Promise<T>,
+  deadlineMs: number,
+  timers: TurnTimers,
+  message: string,
+): Promise<T> {
+  const timer = timers.after(deadlineMs);
+  try {
+    return await Promise.race([
+      start(),
+      timer.elapsed.then((): never => {
+        throw new Error(message);
+      }),
+    ]);
+  } finally {
+    timer.clear();
+  }
+}
+
+/**
  * Warms the takers up, then has them take turns (see the module doc) and
  * answers each one's tally, in the takers' order.
  *
@@ -220,19 +249,13 @@ export async function takeTurns(
     failures.set(i, error instanceof Error ? error : new Error(String(error)));
   // One put, or a rejection once the deadline has passed: a put that never
   // settles fails its taker instead of stopping them all.
-  const putWithin = async (i: number): Promise<void> => {
-    const timer = timers.after(putDeadlineMs);
-    try {
-      await Promise.race([
-        puts[i]!(),
-        timer.elapsed.then(() => {
-          throw new Error(`A put of taker ${i} did not settle within ${putDeadlineMs} ms`);
-        }),
-      ]);
-    } finally {
-      timer.clear();
-    }
-  };
+  const putWithin = (i: number): Promise<void> =>
+    settleWithin(
+      () => puts[i]!(),
+      putDeadlineMs,
+      timers,
+      `A put of taker ${i} did not settle within ${putDeadlineMs} ms`,
+    );
 
   for (let i = 0; i < puts.length && warmUpMs > 0; i++) {
     await timers.yieldToLoop();

@@ -38,7 +38,14 @@ import { mqstoreBatchPeer, mqstorePeer } from "./mqstore_peer.ts";
 import type { PeerModule } from "./_peer.ts";
 import { sqlitePeer } from "./sqlite_peer.ts";
 import { percentile, Samples } from "./_stats.ts";
-import { takeTurns, type TurnPut } from "./_turns.ts";
+import {
+  LOOP_TIMERS,
+  PUT_DEADLINE_MS,
+  settleWithin,
+  takeTurns,
+  type TurnOptions,
+  type TurnPut,
+} from "./_turns.ts";
 
 /** Records per batch in the throughput workloads. */
 export const BATCH_RECORDS = 1000;
@@ -223,7 +230,13 @@ export function takesTurns(spec: CaseSpec): boolean {
  * `turns` ({@link runInTurns}).
  */
 export interface CaseRun {
+  /**
+   * `alone`: the run holds one case, run by {@link runCase} after its
+   * warm-ups; `turns`: its cases take turns in one process
+   * ({@link runInTurns}).
+   */
   schedule: "alone" | "turns";
+  /** The run's cases: one when `alone`; in a turn run, in the order they are opened and warmed up. */
   cases: CaseSpec[];
 }
 
@@ -253,6 +266,26 @@ export function planRuns(cases: readonly CaseSpec[]): CaseRun[] {
 }
 
 /**
+ * The runs of repeat `repeat` (counted from 0): `runs` as planned on even
+ * repeats; on odd ones in reverse order, the cases of each turn run
+ * reversed too, so that no case always runs first or last, and in a turn
+ * run the store warmed up last, and the one the rounds start with, change.
+ *
+ * @example
+ * ```ts
+ * const runs = planRuns(cases);
+ * for (let repeat = 0; repeat < 3; repeat++) console.log(runsOfRepeat(runs, repeat));
+ * ```
+ */
+export function runsOfRepeat(runs: readonly CaseRun[], repeat: number): CaseRun[] {
+  if (!Number.isInteger(repeat) || repeat < 0) {
+    throw new RangeError(`runsOfRepeat() takes a repeat ≥ 0, not ${repeat}`);
+  }
+  if (repeat % 2 === 0) return [...runs];
+  return runs.map((run) => ({ ...run, cases: [...run.cases].reverse() })).reverse();
+}
+
+/**
  * The id of the raw group-commit limit of `producers` and `payloadBytes`
  * without its flush count: every run of it (`…/1f`, `…/2f`) starts so.
  */
@@ -260,9 +293,9 @@ export function groupIdOf(producers: number, payloadBytes: number): string {
   return `group/${producers}/${payloadBytes}`;
 }
 
-/** The peer of a case. */
-export function peerOf(name: string | undefined): PeerModule {
-  const peer = PEERS.find((p) => p.name === name);
+/** The peer of a case, among `peers`. */
+export function peerOf(name: string | undefined, peers: readonly PeerModule[] = PEERS): PeerModule {
+  const peer = peers.find((p) => p.name === name);
   if (peer === undefined) throw new RangeError(`Unknown peer ${name}`);
   return peer;
 }
@@ -342,8 +375,18 @@ async function runDurable(spec: CaseSpec, directory: string): Promise<CaseResult
   }
 }
 
-/** Runs one case in a fresh subdirectory of `directory`, removed after. */
+function takesTurnsError(spec: CaseSpec): RangeError {
+  return new RangeError(
+    `${spec.id} takes turns with others: run it with runInTurns(), not runCase()`,
+  );
+}
+
+/**
+ * Runs one case in a fresh subdirectory of `directory`, removed after.
+ * Refuses (RangeError) a case that takes turns ({@link takesTurns}).
+ */
 export async function runCase(spec: CaseSpec, directory: string): Promise<CaseResult> {
+  if (takesTurns(spec)) throw takesTurnsError(spec);
   const runDirectory = fs.mkdtempSync(path.join(directory, "run-"));
   try {
     switch (spec.kind) {
@@ -352,7 +395,8 @@ export async function runCase(spec: CaseSpec, directory: string): Promise<CaseRe
       case "sequential":
         return fromLimit(spec.id, sequentialWriteLimit(runDirectory, spec.count ?? 1));
       case "fsync":
-        return (await runInTurns([spec], runDirectory, "cold"))[0]!;
+        // Never: refused above, the limit is measured in turns only.
+        throw takesTurnsError(spec);
       case "group":
         return fromLimit(
           spec.id,
@@ -380,6 +424,20 @@ export function failedResult(id: string, error: unknown): CaseResult {
   return { id, ratePerS: 0, count: 0, elapsedMs: 0, skipped: `failed: ${reason}` };
 }
 
+/** What {@link runInTurns} runs with; tests pass fakes. */
+export interface TurnRunOptions {
+  /**
+   * The stores the specs name.
+   * @default {PEERS}
+   */
+  peers?: readonly PeerModule[];
+  /**
+   * The turns' slice, clock and timers ({@link takeTurns}); the timers also time each close.
+   * @default the real ones, turns of 100 ms
+   */
+  turns?: Pick<TurnOptions, "sliceMs" | "now" | "timers">;
+}
+
 /**
  * Runs `specs` (cases that take turns, {@link takesTurns}) in turns in this
  * process (`_turns.ts`): each store is opened with `sync` durability, or
@@ -388,13 +446,18 @@ export function failedResult(id: string, error: unknown): CaseResult {
  * its warm-up ({@link warmupsOf}: a tenth of its duration, at least 100 ms),
  * one after the other; then they take turns of 100 ms until each has had
  * its `durationMs`. Answers a result per spec, in order: a store that
- * fails to open or to put is reported failed and the others go on.
+ * fails to open, to put (or whose put or close does not settle within
+ * {@link PUT_DEADLINE_MS}) or to close is reported failed and the others
+ * go on.
  */
 export async function runInTurns(
   specs: readonly CaseSpec[],
   directory: string,
   start: "warmed" | "cold",
+  options: TurnRunOptions = {},
 ): Promise<CaseResult[]> {
+  const peers = options.peers ?? PEERS;
+  const timers = options.turns?.timers ?? LOOP_TIMERS;
   const durationMs = specs[0]?.durationMs ?? 1_000;
   for (const spec of specs) {
     if (!takesTurns(spec) || spec.durationMs !== specs[0]!.durationMs) {
@@ -413,7 +476,7 @@ export async function runInTurns(
           const limit = await openDurableWrite(own);
           takers.push({ index, put: () => limit.put(), close: () => limit.close() });
         } else {
-          const peer = await peerOf(spec.peer).open(own, "sync");
+          const peer = await peerOf(spec.peer, peers).open(own, "sync");
           const body = payload(spec.payloadBytes);
           takers.push({ index, put: () => peer.put(body), close: () => peer.close() });
         }
@@ -422,9 +485,11 @@ export async function runInTurns(
       }
     }
     const warmUpMs = start === "warmed" ? warmupsOf(specs[0]!)[0]!.durationMs ?? 0 : 0;
-    const tallies = takers.length === 0
-      ? []
-      : await takeTurns(takers.map((taker) => taker.put), { durationMs, warmUpMs });
+    const tallies = takers.length === 0 ? [] : await takeTurns(takers.map((taker) => taker.put), {
+      ...options.turns,
+      durationMs,
+      warmUpMs,
+    });
     tallies.forEach((tally, k) => {
       const spec = specs[takers[k]!.index]!;
       results[takers[k]!.index] = tally.failure !== undefined
@@ -442,7 +507,13 @@ export async function runInTurns(
   } finally {
     for (const taker of takers) {
       try {
-        await taker.close();
+        // A store whose put hung may hang in close too: it fails alone.
+        await settleWithin(
+          taker.close,
+          PUT_DEADLINE_MS,
+          timers,
+          `Closing ${specs[taker.index]!.id} did not settle within ${PUT_DEADLINE_MS} ms`,
+        );
       } catch (error) {
         // A store that fails to close failed its case: its figure stays out.
         results[taker.index] = failedResult(specs[taker.index]!.id, error);
