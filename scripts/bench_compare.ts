@@ -70,10 +70,12 @@ import {
   type CaseResult,
   type CaseRun,
   type CaseSpec,
+  failedResult,
   FULL_SIZING,
   MANY_PRODUCERS,
   planRuns,
   QUICK_SIZING,
+  runsOfRepeat,
   selectCases,
   THROUGHPUT_WARMUP_RUNS,
 } from "../bench/compare/workloads.ts";
@@ -83,9 +85,12 @@ import { BIN, exitOf, jsonLines, ROOT, runBench } from "./_bench_runner.ts";
 
 const WORKER = "bench/compare/worker.ts";
 /**
- * A worker still running by then is stuck (one case, its warm-ups
- * included, takes 1–10 s here): it is killed, and the case is reported
- * failed.
+ * A worker still running by then is stuck: it is killed, and its cases not
+ * yet reported are reported failed. One case alone, its warm-ups included,
+ * takes 1–10 s here; the longest run is a payload's turn run, about
+ * 5 stores × (2 s of turns + 0.2 s of warm-up) + the opens, so 12–15 s,
+ * and a put that hangs fails its store after 6 s (`PUT_DEADLINE_MS`, a
+ * close too). Three minutes leaves a margin of more than 10× over either.
  */
 const WORKER_TIMEOUT_MS = 3 * 60_000;
 
@@ -168,13 +173,12 @@ function runWorker(runtime: Runtime, config: WorkerConfig): WorkerReport | undef
       const reported = new Set(report?.results.map((r) => r.id));
       for (const spec of report === undefined ? [] : cases) {
         if (reported.has(spec.id)) continue;
-        report!.results.push({
-          id: spec.id,
-          ratePerS: 0,
-          count: 0,
-          elapsedMs: 0,
-          skipped: `failed: the worker ended (${result.signal ?? result.status}) in this case`,
-        });
+        report!.results.push(
+          failedResult(
+            spec.id,
+            `the worker ended (${result.signal ?? result.status}) in this case`,
+          ),
+        );
       }
     }
     return report;
@@ -224,13 +228,7 @@ function runCases(
     else report.results.push(...one.results);
   }
   for (const spec of lost) {
-    report?.results.push({
-      id: spec.id,
-      ratePerS: 0,
-      count: 0,
-      elapsedMs: 0,
-      skipped: "failed: the worker ended before it reported",
-    });
+    report?.results.push(failedResult(spec.id, "the worker ended before it reported"));
   }
   return report;
 }
@@ -327,12 +325,7 @@ function main(): void {
     const order = options.runtimes.map((_, i) =>
       options.runtimes[(i + repeat) % options.runtimes.length]!
     );
-    // Every other repeat, the runs in reverse order, and the cases of a
-    // turn run too: its rotation then has each store follow the other
-    // neighbour's turn.
-    const repeatRuns: CaseRun[] = repeat % 2 === 0
-      ? workerRuns
-      : workerRuns.map((run) => ({ ...run, cases: [...run.cases].reverse() })).reverse();
+    const repeatRuns = runsOfRepeat(workerRuns, repeat);
     for (const runtime of order) {
       console.error(`--- repeat ${repeat + 1}/${options.repeats}: ${runtime}`);
       const report = runCases(runtime, repeatRuns, options.directory);
