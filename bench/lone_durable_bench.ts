@@ -6,8 +6,10 @@
  * into a file prepared like mqstore's warmed segments), each putting for
  * `--slice-ms` in turn, so that all three see the same device. The
  * rounds of turns follow the rows of a balanced Latin square (mqstore,
- * SQLite, raw; SQLite, raw, mqstore; raw, mqstore, SQLite; then the same
- * reversed), so each store follows each other store equally often:
+ * SQLite, raw; then rows 1, 0 and 2 reversed: mqstore, raw, SQLite; raw,
+ * SQLite, mqstore; SQLite, mqstore, raw), so within a cycle of rows each
+ * store follows each other store equally often (the steps from one round
+ * to the next add at most one more a pair per cycle):
  * mqstore's background flushes (consume queues, index, checkpoint) can
  * fall in the turn after its own, and in a fixed order, or one rotated
  * round by round, that turn was always SQLite's. The turns are

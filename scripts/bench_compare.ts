@@ -24,8 +24,8 @@
  * 4 KiB write + fdatasync limit of that size (`fsync/<payload>`), run in
  * one worker process and take turns of 100 ms
  * (`bench/compare/_turns.ts`), the rounds in the order of a balanced
- * Latin square's rows so that each store follows every other equally
- * often, until each has had the case's duration; a store's acks/s is its
+ * Latin square's rows so that each store follows every other about
+ * equally often (exactly, within the rounds of a cycle of rows), until each has had the case's duration; a store's acks/s is its
  * acks over its own turn time, its latencies from its turns only. This
  * VM's fdatasync latency moves by 2–3× from minute to minute, and timed
  * one after the other the stores drew different minutes: in a run on
@@ -88,9 +88,11 @@ const WORKER = "bench/compare/worker.ts";
  * A worker still running by then is stuck: it is killed, and its cases not
  * yet reported are reported failed. One case alone, its warm-ups included,
  * takes 1–10 s here; the longest run is a payload's turn run, about
- * 5 stores × (2 s of turns + 0.2 s of warm-up) + the opens, so 12–15 s,
- * and a put that hangs fails its store after 6 s (`PUT_DEADLINE_MS`, a
- * close too). Three minutes leaves a margin of more than 10× over either.
+ * 6 takers (5 stores and the limit) × (2 s of turns + 0.2 s of warm-up)
+ * + the opens, so 12–15 s: three minutes is more than 10× that. A put or
+ * close that hangs fails its store after 6 s (`PUT_DEADLINE_MS`), so even
+ * with every taker's put and close hanging (about 6 × 12 s + 15 s) the
+ * run ends within the timeout, with a margin of about 2×.
  */
 const WORKER_TIMEOUT_MS = 3 * 60_000;
 
@@ -394,7 +396,7 @@ function main(): void {
       sizing.throughputRecords[1024]!.toLocaleString("en")
     } of 1 KiB in batches of ${BATCH_RECORDS}. **sync**: a record is acknowledged only once it is on disk; 1 producer, or ${MANY_PRODUCERS} concurrent producers, put for ${sizing.durableMs} ms and every ack's latency is recorded.`,
     "- Limits are measured on the same runtime as the stores, each in a worker process of its own like the stores' cases (the 4 KiB write + fdatasync limit excepted, see below): memcpy of a record into a prefaulted buffer; 4 MiB sequential writes plus one fdatasync; a 4 KiB write + fdatasync (the 1-producer limit, measured once per payload size in turns with that size's 1-producer stores); a raw group commit of 64 producers, one write + fdatasync per batch, with 1 and with 2 flushes in flight (the 64-producer limit is the better of the two). The durable limits write into a file prepared as mqstore's SYNC_FLUSH segments are (allocated, pre-faulted, zeros written through), as `bench/commit_log_bench.ts` measures them too (`bench/_raw_group_commit.ts`).",
-    `- **1-producer sync cells are measured in turns.** For each payload size, every store and the 4 KiB write + fdatasync limit are opened in one worker process, each warmed up on the very store (or file) it is then timed on (untimed, one after the other), then they take turns of ${SLICE_MS} ms until each has had ${sizing.durableMs} ms. The rounds follow the rows of a balanced (Williams) Latin square, so each store's turn follows every other store's equally often (a store's background flushes can fall in the next turn), and an untimed yield to the event loop before each turn lets the last store's timers run outside the next store's turn (work on the runtime's thread pool can still overlap it). A store's acks/s is its acks over its own turn time, and its latencies come from its turns only; a put that does not settle within ${
+    `- **1-producer sync cells are measured in turns.** For each payload size, every store and the 4 KiB write + fdatasync limit are opened in one worker process, each warmed up on the very store (or file) it is then timed on (untimed, one after the other), then they take turns of ${SLICE_MS} ms until each has had ${sizing.durableMs} ms. The rounds follow the rows of a balanced (Williams) Latin square, so each store's turn follows every other store's about equally often (exactly, within a cycle of rows; a store's background flushes can fall in the next turn), and an untimed yield to the event loop before each turn (a zero timer, then an immediate) lets the last store's due timers run outside the next store's turn (work on the runtime's thread pool can still overlap it). A store's acks/s is its acks over its own turn time, and its latencies come from its turns only; a put that does not settle within ${
       PUT_DEADLINE_MS / 1000
     } s fails its store alone. Why: this VM's fdatasync latency moves 2–3× from minute to minute, and stores timed one after the other drew different minutes: in a run on 2026-12-02 with separate workers, Node 1 KiB, mqstore made 1.8 k acks/s (1.6–5.6 k over 3 repeats) against SQLite's 4.2 k (1.7–4.8 k); in turns, 3 repeats, mqstore ÷ SQLite was 1.07–1.13×. Repeats, medians and spreads are as for every other case; the limit's × is read from the same turns.`,
     `- Every other case runs on a fresh directory, in a worker process of its own: nothing a case leaves in the runtime (heap sizes, the engine's allocation decisions) reaches the next. Each throughput case is timed after ${THROUGHPUT_WARMUP_RUNS} untimed runs of its full size, each on a fresh store (the same for every store: before that, mqstore's JavaScript put path had not reached its steady speed); the other cases after a warm-up of a tenth of their size. Runtimes take turns and the order of the runs (and of the stores in a turn run) is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.`,

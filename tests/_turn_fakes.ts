@@ -26,6 +26,18 @@ export class FakeTimers implements TurnTimers {
   readonly deadlinesMs: number[] = [];
   /** The expiry of every deadline neither elapsed nor cleared. */
   #pending = new Set<() => void>();
+  /** The clock a yield moves, and by how much (a real yield takes time too). */
+  readonly #yieldCost: { clock: FakeClock; ms: number } | undefined;
+
+  /** @param yieldCost The clock each yield advances, and by how many ms. */
+  constructor(yieldCost?: { clock: FakeClock; ms: number }) {
+    this.#yieldCost = yieldCost;
+  }
+
+  /** Deadlines neither elapsed nor cleared (a finished run leaves none). */
+  get pendingCount(): number {
+    return this.#pending.size;
+  }
 
   /** A deadline that elapses at the next {@link expirePending}, unless cleared. */
   after(ms: number): TurnTimer {
@@ -38,9 +50,10 @@ export class FakeTimers implements TurnTimers {
     return { elapsed, clear: () => this.#pending.delete(expire) };
   }
 
-  /** Logs `yield` and settles at once. */
+  /** Logs `yield`, advances the clock by the yield's cost, and settles at once. */
   yieldToLoop(): Promise<void> {
     this.log.push("yield");
+    if (this.#yieldCost !== undefined) this.#yieldCost.clock.nowMs += this.#yieldCost.ms;
     return Promise.resolve();
   }
 

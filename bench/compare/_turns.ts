@@ -31,12 +31,17 @@
  * cycle of rows, every ordered pair of takers is adjacent equally often
  * (once for an even count, twice for an odd one). The adjacency from one
  * round's last turn to the next round's first adds at most one more to a
- * pair per cycle, and the rows are ordered so that no taker ever has two
+ * pair per cycle (counting those steps too, a pair follows once or twice
+ * a cycle with an even count of takers, and a run that ends inside a
+ * cycle adds its own imbalance), and the rows are ordered so that no taker ever has two
  * turns in a row. Two takers simply alternate (see {@link roundOrder}).
  *
- * The yield before every turn (a `setImmediate`) lets the timers and
- * immediates that the last turn's store scheduled run before the next
- * turn's clock starts, rather than inside it. Work on the runtime's
+ * The yield before every turn (a zero `setTimeout`, then a `setImmediate`:
+ * about a millisecond, untimed) lets the timers and immediates that the
+ * last turn's store scheduled, and that are due, run before the next
+ * turn's clock starts, rather than inside it (a `setImmediate` alone runs
+ * before due timers when the turn ended in an I/O callback, on Node and
+ * Bun). Work on the runtime's
  * thread pool (a store's `fsync` in flight, a native flush) can still
  * overlap the next turn.
  *
@@ -90,7 +95,14 @@ export const LOOP_TIMERS: TurnTimers = {
     });
     return { elapsed, clear: () => clearTimeout(timer) };
   },
-  yieldToLoop: () => new Promise<void>((resolve) => setImmediate(resolve)),
+  // A zero timer first: a turn that ends in an I/O callback (Node's and
+  // Bun's poll phase) would see a lone setImmediate run before the timers
+  // already due, which would then fire in the next turn; after the timer,
+  // the immediates those timers queued run too.
+  yieldToLoop: () =>
+    new Promise<void>((resolve) => setTimeout(resolve, 0)).then(
+      () => new Promise<void>((resolve) => setImmediate(resolve)),
+    ),
 };
 
 /** How long the takers take turns. */

@@ -147,3 +147,8 @@ async function main(): Promise<void> {
 }
 
 await main();
+// A store whose close was failed by its deadline may still hold timers
+// that keep the process alive (and would meet its removed directory):
+// everything is reported once stdout has taken the last line.
+await new Promise<void>((resolve) => process.stdout.write("", () => resolve()));
+process.exit(process.exitCode ?? 0);
