@@ -22,17 +22,12 @@
  * {@link runCases}), except the one-producer durable cells
  * (`durable/<store>/1/<payload>`): those of a payload size, with the
  * 4 KiB write + fdatasync limit of that size (`fsync/<payload>`), run in
- * one worker process and take turns of 100 ms
- * (`bench/compare/_turns.ts`), the rounds in the order of a balanced
- * Latin square's rows so that each store follows every other about
- * equally often (exactly, within the rounds of a cycle of rows), until each has had the case's duration; a store's acks/s is its
- * acks over its own turn time, its latencies from its turns only. This
- * VM's fdatasync latency moves by 2–3× from minute to minute, and timed
- * one after the other the stores drew different minutes: in a run on
- * 2026-12-02 with separate workers, Node 1 KiB, mqstore made 1.8 k acks/s
- * (1.6–5.6 k over 3 repeats) against SQLite's 4.2 k (1.7–4.8 k); in
- * turns, 3 repeats, mqstore ÷ SQLite was 1.07–1.13×. A filter naming one
- * of these cells runs it alone; naming several runs just those in turns.
+ * one worker process and take turns of 100 ms (`bench/compare/_turns.ts`,
+ * whose module doc gives the rotation and the why, with figures), until
+ * each has had the case's duration; a store's acks/s is its acks over
+ * its own turn time, its latencies from its turns only. A filter naming
+ * one of these cells runs it alone; naming several runs just those in
+ * turns.
  *
  * The runtimes take turns, and the order of the runs (and of the cases in
  * a turn run) is reversed every other repeat, so no store always runs
@@ -41,8 +36,8 @@
  * size, each on a fresh store (`THROUGHPUT_WARMUP_RUNS`), the same for
  * every store; the other cases after a tenth of their size (in a turn
  * run, each store puts for a tenth of its duration into the very store
- * it is then timed on, one after the other, before the turns). The report gives medians and the spread (min–max)
- * over the repeats.
+ * it is then timed on, one after the other, before the turns). The
+ * report gives medians and the spread (min–max) over the repeats.
  *
  * @module
  */
