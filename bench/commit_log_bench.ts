@@ -14,6 +14,10 @@
  *   flight: rows `1f`, `2f`) into a file prepared like a SYNC_FLUSH
  *   segment; each sync row of 64 or 256 producers is followed by its ratio
  *   to the better raw row of the same run.
+ * - the page-cache fill limit before the ASYNC rows: a new 1 GiB file
+ *   pre-faulted (the run's first fill of memory that sat idle), then again
+ *   (what the first freed); each ASYNC row prints its MB/s over the first
+ *   (`× cold fill`), and runs on the memory the row warmed;
  * - opt-in (`--filter sustained`): sustained ASYNC, 1 KiB bodies, 8 GiB
  *   appended, far past the dirty limit, against the disk's buffered-write
  *   bandwidth measured in the same run; `sustained async+pool` is the
@@ -47,7 +51,7 @@ import type { RuntimePort } from "../src/runtime/port.ts";
 import type { MessageInput } from "../src/record/mod.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import type { MessageStoreOptions } from "../src/store/options.ts";
-import { sequentialWriteLimit } from "./compare/limits.ts";
+import { pageCacheFillLimit, sequentialWriteLimit } from "./compare/limits.ts";
 import { deviceStatFile } from "./_device.ts";
 import { rawGroupCommit } from "./_raw_group_commit.ts";
 import { collectGarbage, filterMatches, scenarioFlags } from "./_harness.ts";
@@ -69,6 +73,17 @@ interface Row {
    * of as many producers in the same run, when one ran.
    */
   rawRatio?: number;
+  /**
+   * The page-cache fill row: MB/s of pre-faulting a new 1 GiB file, the
+   * run's first fill of that memory and the fill again of what it freed.
+   */
+  fill?: { firstMbPerSecond: number; againMbPerSecond: number };
+  /**
+   * An ASYNC row's MB/s over the first fill of the page-cache fill row of
+   * the same run, when one ran: above 1, the row appended faster than this
+   * machine hands out memory that sat idle.
+   */
+  fillRatio?: number;
   /**
    * Process CPU time (every thread: user + system, `process.cpuUsage()`)
    * per message, µs: steadier than wall time on a shared machine.
@@ -645,6 +660,44 @@ async function rawScenario(port: RuntimePort, count: number): Promise<Row> {
   });
 }
 
+/** Bytes the page-cache fill row pre-faults each time: an ASYNC row's segment. */
+const FILL_BYTES = 0x4000_0000;
+
+/**
+ * The page-cache fill limit (`bench/compare/limits.ts`), twice: a new
+ * 1 GiB file pre-faulted, removed, and another in its place. The first
+ * takes memory that sat idle (on this VM the hypervisor backs each page on
+ * first use: 0.7 GB/s measured cold, about 0.58 M records of the 1 KiB
+ * rows a second), the second takes what the first freed (9–10 GB/s). The
+ * ASYNC rows after it append into memory it warmed; each prints its MB/s
+ * over the first fill (`× cold fill`). Run it first to see the cold rate:
+ * `--filter "fill|async 1 KiB 1p"`.
+ */
+async function fillScenario(port: RuntimePort): Promise<Row> {
+  return await withDirectory(async (directory) => {
+    const first = await pageCacheFillLimit(port, directory, FILL_BYTES);
+    const again = await pageCacheFillLimit(port, directory, FILL_BYTES);
+    if (first === undefined || again === undefined) {
+      throw new Error(`the ${port.adapter} adapter cannot map: no page-cache fill limit`);
+    }
+    const seconds = (first.elapsedMs + again.elapsedMs) / 1000;
+    return {
+      scenario: "page-cache fill 1 GiB",
+      runtime: runtimeName(),
+      adapter: port.adapter,
+      producers: 1,
+      messages: 0,
+      seconds,
+      messagesPerSecond: 0,
+      mbPerSecond: first.ratePerS / 1e6,
+      p50Ms: 0,
+      p99Ms: 0,
+      groupCommitMean: null,
+      fill: { firstMbPerSecond: first.ratePerS / 1e6, againMbPerSecond: again.ratePerS / 1e6 },
+    };
+  });
+}
+
 /**
  * The raw group commit (`bench/_raw_group_commit.ts`): `producers` loops
  * appending 1 KiB records (+ 128 B, a stored record's header and
@@ -709,6 +762,8 @@ const scenarios: [string, () => Promise<Row>][] = [
   ["raw group commit 1 KiB 256p 1f", () => rawGroupScenario(port, 256, n(200_000), 1)],
   ["raw group commit 1 KiB 256p 2f", () => rawGroupScenario(port, 256, n(200_000), 2)],
   ["sync 1 KiB 256p", () => syncScenario(port, 256, n(200_000), n(SYNC_WARMUP_PUTS))],
+  // Before the ASYNC rows: they append into the memory it warmed.
+  ["page-cache fill 1 GiB", () => fillScenario(port)],
   ["async 128 B 1p", () => asyncScenario(port, "async 128 B 1p", 128, n(1_500_000), {})],
   ["async 1 KiB 1p", () => asyncScenario(port, "async 1 KiB 1p", 1024, n(400_000), {})],
   [
@@ -857,8 +912,18 @@ for (const [name, run] of scenarios) {
     const best = Math.max(0, ...raws.map((r) => r.messagesPerSecond));
     if (best > 0) row.rawRatio = row.messagesPerSecond / best;
   }
+  const fill = rows.find((r) => r.fill !== undefined)?.fill;
+  if (row.scenario.startsWith("async") && fill !== undefined) {
+    row.fillRatio = row.mbPerSecond / fill.firstMbPerSecond;
+  }
   rows.push(row);
-  if (!json) {
+  if (!json && row.fill !== undefined) {
+    console.log(
+      `${row.scenario.padEnd(28)} first ${
+        Math.round(row.fill.firstMbPerSecond).toLocaleString("en-US")
+      } MB/s, again ${Math.round(row.fill.againMbPerSecond).toLocaleString("en-US")} MB/s`,
+    );
+  } else if (!json) {
     console.log(
       `${row.scenario.padEnd(28)} ${
         Math.round(row.messagesPerSecond).toLocaleString("en-US").padStart(11)
@@ -870,7 +935,9 @@ for (const [name, run] of scenarios) {
         row.cpuMicrosPerMessage === undefined
           ? ""
           : `  cpu ${row.cpuMicrosPerMessage.toFixed(3)} µs/msg`
-      }${row.rawRatio === undefined ? "" : `  ${row.rawRatio.toFixed(2)}× raw`}`,
+      }${row.rawRatio === undefined ? "" : `  ${row.rawRatio.toFixed(2)}× raw`}${
+        row.fillRatio === undefined ? "" : `  ${row.fillRatio.toFixed(2)}× cold fill`
+      }`,
     );
   }
 }
