@@ -15,9 +15,10 @@
  *   segment; each sync row of 64 or 256 producers is followed by its ratio
  *   to the better raw row of the same run.
  * - the page-cache fill limit before the ASYNC rows: a new 1 GiB file
- *   pre-faulted (the run's first fill of memory that sat idle), then again
- *   (what the first freed); each ASYNC row prints its MB/s over the first
- *   (`× cold fill`), and runs on the memory the row warmed;
+ *   pre-faulted (the run's first fill: of memory that sat idle, on a quiet
+ *   machine), then again (what the first freed); each ASYNC row prints its
+ *   MB/s over the first (`× first fill`), and runs on the memory the row
+ *   warmed;
  * - opt-in (`--filter sustained`): sustained ASYNC, 1 KiB bodies, 8 GiB
  *   appended, far past the dirty limit, against the disk's buffered-write
  *   bandwidth measured in the same run; `sustained async+pool` is the
@@ -665,12 +666,13 @@ const FILL_BYTES = 0x4000_0000;
 
 /**
  * The page-cache fill limit (`bench/compare/limits.ts`), twice: a new
- * 1 GiB file pre-faulted, removed, and another in its place. The first
- * takes memory that sat idle (on this VM the hypervisor backs each page on
- * first use: 0.7 GB/s measured cold, about 0.58 M records of the 1 KiB
- * rows a second), the second takes what the first freed (9–10 GB/s). The
+ * 1 GiB file pre-faulted, removed, and another in its place. On a quiet
+ * machine the first takes memory that sat idle (on this VM the hypervisor
+ * backs each page on first use: 0.5–1.3 GB/s measured cold, about
+ * 0.4–1.1 M records of the 1 KiB rows a second), the second takes what the
+ * first freed (4.5–10 GB/s). The
  * ASYNC rows after it append into memory it warmed; each prints its MB/s
- * over the first fill (`× cold fill`). Run it first to see the cold rate:
+ * over the first fill (`× first fill`). Run it first to see the cold rate:
  * `--filter "fill|async 1 KiB 1p"`.
  */
 async function fillScenario(port: RuntimePort): Promise<Row> {
@@ -936,7 +938,7 @@ for (const [name, run] of scenarios) {
           ? ""
           : `  cpu ${row.cpuMicrosPerMessage.toFixed(3)} µs/msg`
       }${row.rawRatio === undefined ? "" : `  ${row.rawRatio.toFixed(2)}× raw`}${
-        row.fillRatio === undefined ? "" : `  ${row.fillRatio.toFixed(2)}× cold fill`
+        row.fillRatio === undefined ? "" : `  ${row.fillRatio.toFixed(2)}× first fill`
       }`,
     );
   }
