@@ -144,6 +144,48 @@ describe("crc32 native body CRCs", () => {
     }
   });
 
+  test("loadWasmBodyCrcWriter() writes the CRCs crc32Table gives for groups of 16 bodies side by side", () => {
+    const writer = loadWasmBodyCrcWriter();
+    const next = generator(0x5EED);
+    // [count, shortest, longest]: one length a batch (whole 16-byte columns
+    // or not, whole groups of 16 or not), lengths that differ within each
+    // group (the shortest one sets the columns done side by side), and
+    // bodies short enough on average to skip the side-by-side pass.
+    const cases: Array<[number, number, number]> = [
+      [0x3E8, 0x80, 0x80],
+      [0x10, 0x10, 0x10],
+      [0x11, 0x2F, 0x2F],
+      [0x21, 0x2FF, 0x2FF],
+      [0x1F, 0x40, 0x41],
+      [0x100, 0x00, 0x120],
+      [0x40, 0x6C, 0x94],
+      [0x30, 0x00, 0x20],
+      [0x20, 0x0F, 0x0F],
+    ];
+    for (const [count, shortest, longest] of cases) {
+      const lengths = Array.from(
+        { length: count },
+        () => shortest + next() % (longest - shortest + 1),
+      );
+      const size = lengths.reduce((sum, length) => sum + 0x10 + length, 0);
+      const bytes = new Uint8Array(size);
+      for (let i = 0; i < size; i++) bytes[i] = next();
+      const ranges = new Int32Array(3 * count);
+      let position = 0;
+      for (let i = 0; i < count; i++) {
+        ranges.set([position + 0x10, lengths[i]!, position + 0x04], 3 * i);
+        position += 0x10 + lengths[i]!;
+      }
+      const expected = expectedCrcs(bytes, ranges, count);
+      assert.equal(writer.write(bytes, ranges, count), -1);
+      assert.deepEqual(
+        writtenCrcs(bytes, ranges, count),
+        expected,
+        `${count} × ${shortest}–${longest} B`,
+      );
+    }
+  });
+
   test("loadWasmBodyCrcWriter() splits a batch whose records span more than one call takes", () => {
     const writer = loadWasmBodyCrcWriter();
     // Three short bodies 3 MiB apart: 6 MiB of records, more than one call copies in.
