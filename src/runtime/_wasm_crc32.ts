@@ -87,11 +87,15 @@ const PAGE_BYTES = 0x10000;
  * Longest body worth copying into the module. Measured on Node 20 (CPU a
  * body, a batch's CRCs through this writer against `wholeBodyCrc`, which
  * calls `node:zlib`): 256 B 175 against 333 ns, 384 B 254 / 393, 512 B
- * 330 / 481, 768 B 478 / 502, 1 KiB 642 / 640, 2 KiB 1291 / 995. Up to
- * 767 B the module wins; from 1 KiB `node:zlib`'s SIMD makes up for its
- * fixed cost a call.
+ * 330 / 481, 768 B 478 / 502, 1 KiB 642 / 640, 2 KiB 1291 / 995 with the
+ * table loop alone. With the 16-lane pass (wall time a body, records 107 B
+ * past their bodies, medians of 10 rounds, `node:zlib` given each whole
+ * body): 767 B 265 / 294 and 312 / 392, 1 KiB 366 / 444, 373 / 416,
+ * 403 / 491, 400 / 457, 1280 B 470 / 410, 474 / 419, 514 / 464, 508 / 468,
+ * 1536 B 598 / 553, 2 KiB 774 / 652: the module wins up to about 1.15 KiB,
+ * past which `node:zlib`'s SIMD makes up for its fixed cost a call.
  */
-export const WASM_BODY_BYTES_MAX = 0x2FF;
+export const WASM_BODY_BYTES_MAX = 0x47F;
 /**
  * Most bytes one call copies in (records from the first body to the end of
  * the last); a batch with more is done in several calls.
