@@ -59,6 +59,7 @@
  * @module
  */
 
+import { assert } from "../assert.ts";
 import { bodyCrc, type BodyCrcWriter, crc32SliceTables } from "../record/crc32.ts";
 
 /** Tables of slicing-by-16: 16 × 256 int32, table k at byte `k * 0x400`. */
@@ -83,6 +84,11 @@ const LANES = 0x10;
 const LANES_BODY_BYTES_MIN = 0x20;
 /** A WebAssembly page. */
 const PAGE_BYTES = 0x10000;
+// The pass puts body k in byte lane k of a v128 and transposes 16 rows in
+// log2(16) = 4 rounds; the constructor writes the tables into the module's
+// first page, before any growth.
+assert(LANES === 0x10, "wasm crc32: the lanes must be a v128's 16 bytes");
+assert(RANGES_AT <= PAGE_BYTES, "wasm crc32: the tables must fit the module's first page");
 /**
  * Longest body worth copying into the module. Measured on Node 20 (CPU a
  * body, a batch's CRCs through this writer against `wholeBodyCrc`, which
@@ -177,14 +183,20 @@ function name(text: string): number[] {
   return [...uleb(text.length), ...Array.from(text, (c) => c.charCodeAt(0))];
 }
 
+/** Parameters of `crcs` and of `lanes` (the locals before the others). */
+const PARAMS = 4;
 // Locals of `crcs(ranges, count, bias, states)`: the parameters, then the rest.
 const RANGES = 0, COUNT = 1, BIAS = 2, STATES = 3, RANGES_END = 4, P = 5, END = 6, END16 = 7;
 const CRC = 8, W0 = 9, W1 = 10, W2 = 11, W3 = 12;
 /** Locals after the parameters (RANGES_END through W3). */
-const EXTRA_LOCALS = 9;
+const EXTRA_LOCALS = W3 + 1 - PARAMS;
 
-const get = (local: number): number[] => [OP.localGet, local];
-const set = (local: number) => [OP.localSet, local];
+/** `local.get` of a local index (a LEB128, one byte below 0x80). */
+const get = (local: number): number[] => [OP.localGet, ...uleb(local)];
+/** `local.set` of a local index. */
+const set = (local: number) => [OP.localSet, ...uleb(local)];
+/** `local.tee` of a local index. */
+const tee = (local: number) => [OP.localTee, ...uleb(local)];
 const i32 = (value: number) => [OP.i32Const, ...sleb(value)];
 /** `i32.load offset=offset` (align 4; unaligned is allowed, only slower). */
 const load = (offset: number) => [OP.i32Load, 2, ...uleb(offset)];
@@ -271,7 +283,7 @@ function crcsBody(): number[] {
     [...get(RANGES), ...get(COUNT), ...i32(12), OP.i32Mul, OP.i32Add, ...set(RANGES_END)],
     block(loop(
       exitIf(RANGES, RANGES_END),
-      [...get(RANGES), ...load(0), ...get(BIAS), OP.i32Add, OP.localTee, P],
+      [...get(RANGES), ...load(0), ...get(BIAS), OP.i32Add, ...tee(P)],
       [...get(RANGES), ...load(4), OP.i32Add, ...set(END)],
       [...get(END), ...get(END), ...get(P), OP.i32Sub, ...i32(15), OP.i32And, OP.i32Sub],
       [...set(END16), ...get(STATES), ...load(0), ...set(CRC)],
@@ -312,7 +324,7 @@ function crcsBody(): number[] {
 const L_RANGES = 0, L_GROUPS = 1, L_BIAS = 2, L_STATES = 3, L_RANGES_END = 4, L_N = 5;
 const L_OFF = 6, L_LEN = 7, L_P0 = 8;
 /** i32 locals after the parameters (L_RANGES_END through the lane pointers). */
-const L_I32_LOCALS = L_P0 + LANES - 4;
+const L_I32_LOCALS = L_P0 + LANES - PARAMS;
 /** The CRC state, byte-sliced: `C[j]`'s lane k is byte j of body k's state. */
 const L_C0 = L_P0 + LANES;
 /** Nibble tables: `L[j]` (low nibble) at L_T + j, `H[j]` at L_T + 4 + j. */
@@ -352,14 +364,19 @@ const shuffle = (a: number, b: number, lanes: number[]) => [
 /** `v128.const` of 16 bytes 0x0F. */
 const NIBBLE_MASK = simd(SIMD.const, ...new Array(0x10).fill(0x0F));
 
+/** Bytes 0–7 of a vector, for {@link interleave}. */
+const LOW_HALF = 0;
+/** Bytes 8–15 of a vector, for {@link interleave}. */
+const HIGH_HALF = 1;
+
 /**
- * Shuffle lanes interleaving the low (or high) halves of two vectors in
- * units of `unit` bytes: `[a0, b0, a1, b1, …]`.
+ * Shuffle lanes interleaving one half (bytes 0–7 or 8–15) of two vectors
+ * in units of `unit` bytes: `[a0, b0, a1, b1, …]`.
  */
-function interleave(unit: number, high: number): number[] {
+function interleave(unit: number, half: typeof LOW_HALF | typeof HIGH_HALF): number[] {
   const lanes: number[] = [];
   for (let i = 0; i < 0x10 / (2 * unit); i++) {
-    const from = high * 8 + i * unit;
+    const from = half * 8 + i * unit;
     for (let k = 0; k < unit; k++) lanes.push(from + k);
     for (let k = 0; k < unit; k++) lanes.push(0x10 + from + k);
   }
@@ -440,13 +457,13 @@ function lanesBody(): number[] {
         const b = rows(round, (2 * i + 1) * parts + h);
         const target = i * 2 * parts + 2 * h;
         const to = (k: number) => round === 3 ? L_COLUMNS + k : rows(round + 1, k);
-        block16.push([...shuffle(a, b, interleave(unit, 0)), ...set(to(target))]);
-        block16.push([...shuffle(a, b, interleave(unit, 1)), ...set(to(target + 1))]);
+        block16.push([...shuffle(a, b, interleave(unit, LOW_HALF)), ...set(to(target))]);
+        block16.push([...shuffle(a, b, interleave(unit, HIGH_HALF)), ...set(to(target + 1))]);
       }
     }
   }
   for (let j = 0; j < LANES; j++) {
-    block16.push([...get(L_C0), ...get(L_COLUMNS + j), ...simd(SIMD.xor), OP.localTee, L_X]);
+    block16.push([...get(L_C0), ...get(L_COLUMNS + j), ...simd(SIMD.xor), ...tee(L_X)]);
     // The mask a constant each time, not a local: see the module doc.
     block16.push([...NIBBLE_MASK, ...simd(SIMD.and), ...set(L_LO)]);
     block16.push([...get(L_X), ...i32(4), ...simd(SIMD.i16x8ShrU), ...NIBBLE_MASK]);
@@ -469,15 +486,17 @@ function lanesBody(): number[] {
   group.push(block(loop(...block16)));
   // The states, a word a lane: interleave C0/C1 and C2/C3 by bytes, then
   // the two by 2 bytes (rows(0, …) are free now).
-  group.push([...shuffle(L_C0, L_C0 + 1, interleave(1, 0)), ...set(rows(0, 0))]);
-  group.push([...shuffle(L_C0, L_C0 + 1, interleave(1, 1)), ...set(rows(0, 1))]);
-  group.push([...shuffle(L_C0 + 2, L_C0 + 3, interleave(1, 0)), ...set(rows(0, 2))]);
-  group.push([...shuffle(L_C0 + 2, L_C0 + 3, interleave(1, 1)), ...set(rows(0, 3))]);
+  group.push([...shuffle(L_C0, L_C0 + 1, interleave(1, LOW_HALF)), ...set(rows(0, 0))]);
+  group.push([...shuffle(L_C0, L_C0 + 1, interleave(1, HIGH_HALF)), ...set(rows(0, 1))]);
+  group.push([...shuffle(L_C0 + 2, L_C0 + 3, interleave(1, LOW_HALF)), ...set(rows(0, 2))]);
+  group.push([...shuffle(L_C0 + 2, L_C0 + 3, interleave(1, HIGH_HALF)), ...set(rows(0, 3))]);
   for (let q = 0; q < 4; q++) {
-    const half = q >> 1;
+    // States 4q..4q+3: words from rows(0, q >> 1) and rows(0, 2 + (q >> 1)).
+    const from = q >> 1;
+    const half = q % 2 === 0 ? LOW_HALF : HIGH_HALF;
     group.push([
       ...get(L_STATES),
-      ...shuffle(rows(0, half), rows(0, 2 + half), interleave(2, q & 1)),
+      ...shuffle(rows(0, from), rows(0, 2 + from), interleave(2, half)),
       ...vstore(0x10 * q),
     ]);
   }
