@@ -8,6 +8,7 @@ import process from "node:process";
 import { createPort, runtimeName } from "../src/runtime/mod.ts";
 import {
   BODY_CRC_MASK,
+  bodyCrc,
   type BodyCrcWriter,
   crc32Implementation,
   crc32Table,
@@ -16,7 +17,14 @@ import {
   nativeBodyCrcs,
   writeBodyCrcs,
 } from "../src/record/crc32.ts";
-import { loadWasmBodyCrcWriter, WASM_BODY_BYTES_MAX } from "../src/runtime/_wasm_crc32.ts";
+import {
+  loadWasmBodyCrcWriter,
+  WASM_BODY_BYTES_MAX,
+  WASM_LANES_VARIANT,
+  WASM_TABLE_BODY_BYTES_MAX,
+  WASM_TABLE_VARIANT,
+  wasmCrcVariant,
+} from "../src/runtime/_wasm_crc32.ts";
 import {
   CC_DIRECTORY_PREFIX,
   removeOrphanedCompileDirectories,
@@ -117,8 +125,10 @@ describe("crc32 native body CRCs", () => {
     const expectNative = runtime === "node" || (runtime === "bun" && libdeflatePresent());
     assert.equal(nativeBodyCrcs(), expectNative, crc32Implementation());
     if (runtime === "node") {
-      assert.match(crc32Implementation(), /WebAssembly/);
-      assert.equal(nativeBodyCrcBytesMax(), WASM_BODY_BYTES_MAX);
+      // The variant this host compiles (the table loop alone without SIMD).
+      const variant = wasmCrcVariant();
+      assert.equal(crc32Implementation(), variant.name);
+      assert.equal(nativeBodyCrcBytesMax(), variant.bodyBytesMax);
     } else if (expectNative) {
       assert.match(crc32Implementation(), /libdeflate/);
       assert.equal(nativeBodyCrcBytesMax(), Infinity);
@@ -184,6 +194,55 @@ describe("crc32 native body CRCs", () => {
         `${count} × ${shortest}–${longest} B`,
       );
     }
+  });
+
+  test("wasmCrcVariant() takes the lanes only where their module validates", () => {
+    const given: Uint8Array<ArrayBuffer>[] = [];
+    const refuse = (bytes: Uint8Array<ArrayBuffer>) => (given.push(bytes), false);
+    assert.equal(wasmCrcVariant(refuse), WASM_TABLE_VARIANT);
+    assert.equal(wasmCrcVariant(() => true), WASM_LANES_VARIANT);
+    // What it asked about is the module exporting the lanes, and by default
+    // it takes them where that module validates (not under Node's
+    // --no-enable-sse4-1, where this test passes too).
+    assert.equal(given.length, 1);
+    assert.ok(new TextDecoder("latin1").decode(given[0]!).includes("\x05lanes"));
+    const validates = WebAssembly.validate(given[0]!);
+    assert.equal(wasmCrcVariant(), validates ? WASM_LANES_VARIANT : WASM_TABLE_VARIANT);
+    assert.deepEqual(WASM_TABLE_VARIANT.passes, ["crcs"]);
+    assert.equal(WASM_TABLE_VARIANT.bodyBytesMax, WASM_TABLE_BODY_BYTES_MAX);
+    assert.equal(WASM_LANES_VARIANT.bodyBytesMax, WASM_BODY_BYTES_MAX);
+    assert.notEqual(WASM_TABLE_VARIANT.name, WASM_LANES_VARIANT.name);
+  });
+
+  test("loadWasmBodyCrcWriter(WASM_TABLE_VARIANT) writes the bodyCrc of every length, without SIMD", () => {
+    const writer = loadWasmBodyCrcWriter(WASM_TABLE_VARIANT);
+    assert.equal(writer.name, WASM_TABLE_VARIANT.name);
+    assert.equal(writer.bodyBytesMax, WASM_TABLE_BODY_BYTES_MAX);
+    const next = generator(0x7AB1E);
+    // Every length 0..0x4F, then a spread up to twice the limit (the long
+    // ones done by bodyCrc between runs), in groups of 16 and more.
+    const lengths = [
+      ...Array.from({ length: 0x50 }, (_, i) => i),
+      ...Array.from({ length: 0x60 }, () => 0x10 + next() % (2 * WASM_TABLE_BODY_BYTES_MAX)),
+      WASM_TABLE_BODY_BYTES_MAX - 1,
+      WASM_TABLE_BODY_BYTES_MAX,
+      WASM_TABLE_BODY_BYTES_MAX + 1,
+      ...new Array(0x20).fill(0x80),
+    ];
+    const size = lengths.reduce((sum, length) => sum + 0x0C + length, 0);
+    const bytes = new Uint8Array(size);
+    for (let i = 0; i < size; i++) bytes[i] = next();
+    const ranges = new Int32Array(3 * lengths.length);
+    let position = 0;
+    for (let i = 0; i < lengths.length; i++) {
+      ranges.set([position + 0x0C, lengths[i]!, position + 0x04], 3 * i);
+      position += 0x0C + lengths[i]!;
+    }
+    const expected = lengths.map((_, i) =>
+      bodyCrc(bytes, ranges[3 * i]!, ranges[3 * i]! + ranges[3 * i + 1]!)
+    );
+    assert.equal(writer.write(bytes, ranges, lengths.length), -1);
+    assert.deepEqual(writtenCrcs(bytes, ranges, lengths.length), expected);
   });
 
   test("loadWasmBodyCrcWriter() splits a batch whose records span more than one call takes", () => {

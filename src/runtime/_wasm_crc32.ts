@@ -90,13 +90,18 @@ const PAGE_BYTES = 0x10000;
 assert(LANES === 0x10, "wasm crc32: the lanes must be a v128's 16 bytes");
 assert(RANGES_AT <= PAGE_BYTES, "wasm crc32: the tables must fit the module's first page");
 /**
- * Longest body worth copying into the module. Measured on Node 20 (CPU a
- * body, a batch's CRCs through this writer against `wholeBodyCrc`, which
- * calls `node:zlib`): 256 B 175 against 333 ns, 384 B 254 / 393, 512 B
- * 330 / 481, 768 B 478 / 502, 1 KiB 642 / 640, 2 KiB 1291 / 995 with the
- * table loop alone. With the 16-lane pass (wall time a body, records 107 B
- * past their bodies, medians of 10 rounds, `node:zlib` given each whole
- * body): 767 B 265 / 294 and 312 / 392, 1 KiB 366 / 444, 373 / 416,
+ * Longest body worth copying into the module of the table loop alone
+ * ({@link WASM_TABLE_VARIANT}). Measured on Node 20 (CPU a body, a
+ * batch's CRCs through this writer against `wholeBodyCrc`, which calls
+ * `node:zlib`): 256 B 175 against 333 ns, 384 B 254 / 393, 512 B 330 /
+ * 481, 768 B 478 / 502, 1 KiB 642 / 640, 2 KiB 1291 / 995.
+ */
+export const WASM_TABLE_BODY_BYTES_MAX = 0x2FF;
+/**
+ * Longest body worth copying into the module with the 16-lane pass
+ * ({@link WASM_LANES_VARIANT}). Measured on Node 20 (wall time a body,
+ * records 107 B past their bodies, medians of 10 rounds, `node:zlib` given
+ * each whole body): 767 B 265 / 294 and 312 / 392, 1 KiB 366 / 444, 373 / 416,
  * 403 / 491, 400 / 457, 1280 B 470 / 410, 474 / 419, 514 / 464, 508 / 468,
  * 1536 B 598 / 553, 2 KiB 774 / 652: the module wins up to about 1.15 KiB,
  * past which `node:zlib`'s SIMD makes up for its fixed cost a call.
@@ -521,16 +526,54 @@ function functionCode(locals: number[][], body: number[]): number[] {
 }
 
 /**
- * The module: one memory ("memory", 1 page), `crcs(i32, i32, i32, i32)`
- * and `lanes(i32, i32, i32, i32)`.
+ * A function the module can hold, all `(ranges, count, bias, states)`:
+ * `crcs` (the table loop, see {@link crcsBody}) and `lanes` (the 16-lane
+ * pass, see {@link lanesBody}, which needs WebAssembly SIMD).
  */
-function moduleBytes(): Uint8Array<ArrayBuffer> {
-  const crcs = functionCode([[...uleb(EXTRA_LOCALS), OP.typeI32]], crcsBody());
-  const lanes = functionCode(
-    [[...uleb(L_I32_LOCALS), OP.typeI32], [...uleb(L_V128_LOCALS), SIMD.typeV128]],
-    lanesBody(),
+export type WasmCrcPass = "crcs" | "lanes";
+
+/** A build of the module: the passes it holds and its writer's figures. */
+export interface WasmCrcVariant {
+  /** The module's functions, exported under these names. */
+  readonly passes: readonly WasmCrcPass[];
+  /** The writer's name, as `crc32Implementation()` reports it. */
+  readonly name: string;
+  /** Longest body the writer takes (its `bodyBytesMax`). */
+  readonly bodyBytesMax: number;
+}
+
+/**
+ * The table loop alone, for hosts without WebAssembly SIMD (x64 without
+ * SSE4.1, e.g. QEMU's qemu64 and kvm64 CPU models, or Node's
+ * `--no-enable-sse4-1`), where the module with the lanes does not compile.
+ */
+export const WASM_TABLE_VARIANT: WasmCrcVariant = {
+  passes: ["crcs"],
+  name: "WebAssembly slicing-by-16 (batch) + node:zlib crc32",
+  bodyBytesMax: WASM_TABLE_BODY_BYTES_MAX,
+};
+
+/** The 16-lane pass, then the table loop for the rest. */
+export const WASM_LANES_VARIANT: WasmCrcVariant = {
+  passes: ["crcs", "lanes"],
+  name: "WebAssembly 16-lane SIMD + slicing-by-16 (batch) + node:zlib crc32",
+  bodyBytesMax: WASM_BODY_BYTES_MAX,
+};
+
+/**
+ * The module holding `passes`: one memory ("memory", 1 page), then each
+ * pass as a function `(i32, i32, i32, i32)` exported under its name.
+ */
+function moduleBytes(passes: readonly WasmCrcPass[]): Uint8Array<ArrayBuffer> {
+  const code = passes.map((pass) =>
+    pass === "crcs"
+      ? functionCode([[...uleb(EXTRA_LOCALS), OP.typeI32]], crcsBody())
+      : functionCode(
+        [[...uleb(L_I32_LOCALS), OP.typeI32], [...uleb(L_V128_LOCALS), SIMD.typeV128]],
+        lanesBody(),
+      )
   );
-  const type = [OP.typeFunction, 4, OP.typeI32, OP.typeI32, OP.typeI32, OP.typeI32, 0];
+  const type = [OP.typeFunction, PARAMS, OP.typeI32, OP.typeI32, OP.typeI32, OP.typeI32, 0];
   return new Uint8Array([
     0x00,
     0x61,
@@ -541,38 +584,65 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
     0x00,
     0x00, // "\0asm", version 1
     ...section(0x01, [1, ...type]),
-    ...section(0x03, [2, 0, 0]),
+    // Every function of type 0.
+    ...section(0x03, [...uleb(passes.length), ...passes.map(() => 0)]),
     ...section(0x05, [1, 0x00, 1]),
     ...section(0x07, [
-      3,
+      ...uleb(1 + passes.length),
       ...name("memory"),
       0x02,
       0,
-      ...name("crcs"),
-      0x00,
-      0,
-      ...name("lanes"),
-      0x00,
-      1,
+      ...passes.flatMap((pass, index) => [...name(pass), 0x00, ...uleb(index)]),
     ]),
-    ...section(0x0A, [2, ...crcs, ...lanes]),
+    ...section(0x0A, [...uleb(passes.length), ...code.flat()]),
   ]);
 }
 
-/** `crcs` or `lanes` of the module: (ranges, count or groups, bias, states). */
+/**
+ * The variant this host runs: the lanes where `validate` accepts their
+ * module (WebAssembly SIMD is there), else the table loop alone.
+ *
+ * @param validate Whether the host compiles a module (by default
+ *   `WebAssembly.validate`; tests give their own).
+ * @returns {@link WASM_LANES_VARIANT} or {@link WASM_TABLE_VARIANT}.
+ */
+export function wasmCrcVariant(
+  validate: (bytes: Uint8Array<ArrayBuffer>) => boolean = (bytes) => WebAssembly.validate(bytes),
+): WasmCrcVariant {
+  return validate(moduleBytes(WASM_LANES_VARIANT.passes)) ? WASM_LANES_VARIANT : WASM_TABLE_VARIANT;
+}
+
+/**
+ * `crcs` or `lanes` of the module: `(ranges, count, bias, states)`, with
+ * `count` the triples for `crcs` and the groups of 16 for `lanes` (see
+ * {@link crcsBody} and {@link lanesBody}).
+ */
 type WasmPass = (ranges: number, count: number, bias: number, states: number) => void;
 
 /** The writer over one instance of the module. */
 class WasmBodyCrcWriter implements BodyCrcWriter {
-  readonly name = "WebAssembly 16-lane SIMD + slicing-by-16 (batch) + node:zlib crc32";
-  readonly bodyBytesMax = WASM_BODY_BYTES_MAX;
+  /** The variant's name. */
+  readonly name: string;
+  /** The variant's longest body; longer ones are done by `bodyCrc`. */
+  readonly bodyBytesMax: number;
+  /** The module's memory: tables, then each call's triples, states and region. */
   readonly #memory: WebAssembly.Memory;
+  /** The table loop. */
   readonly #crcs: WasmPass;
-  readonly #lanes: WasmPass;
+  /** The 16-lane pass, absent from the table-only variant. */
+  readonly #lanes: WasmPass | undefined;
+  /** Views of the memory, made again when it grows. */
   #bytes: Uint8Array;
   #words: Int32Array;
 
-  constructor(memory: WebAssembly.Memory, crcs: WasmPass, lanes: WasmPass) {
+  constructor(
+    variant: WasmCrcVariant,
+    memory: WebAssembly.Memory,
+    crcs: WasmPass,
+    lanes: WasmPass | undefined,
+  ) {
+    this.name = variant.name;
+    this.bodyBytesMax = variant.bodyBytesMax;
     this.#memory = memory;
     this.#crcs = crcs;
     this.#lanes = lanes;
@@ -591,6 +661,7 @@ class WasmBodyCrcWriter implements BodyCrcWriter {
 
   write(bytes: Uint8Array, ranges: Int32Array, count: number): number {
     const length = bytes.length;
+    const bodyBytesMax = this.bodyBytesMax;
     // Runs of triples whose bodies are short and whose region fits one
     // call go to the module; a longer body is done here, between runs.
     let first = 0;
@@ -606,7 +677,7 @@ class WasmBodyCrcWriter implements BodyCrcWriter {
         if (i > first) this.#run(bytes, ranges, first, i, low, high, total);
         return i;
       }
-      if (bodyBytes > WASM_BODY_BYTES_MAX) {
+      if (bodyBytes > bodyBytesMax) {
         if (i > first) this.#run(bytes, ranges, first, i, low, high, total);
         first = i + 1;
         writeInt32(bytes, at, bodyCrc(bytes, body, body + bodyBytes));
@@ -666,9 +737,12 @@ class WasmBodyCrcWriter implements BodyCrcWriter {
     // less on average are left to the table loop: the pass would take
     // at most one column block of them, and its cost a group (about 2 ns a
     // body) made 8–20 B bodies 1–2 ns slower than the table loop alone.
-    const groups = total >= LANES_BODY_BYTES_MIN * count ? Math.floor(count / LANES) : 0;
+    const lanes = this.#lanes;
+    const groups = lanes !== undefined && total >= LANES_BODY_BYTES_MIN * count
+      ? Math.floor(count / LANES)
+      : 0;
     const bias = regionAt - low;
-    if (groups > 0) this.#lanes(RANGES_AT, groups, bias, statesAt);
+    if (groups > 0) lanes!(RANGES_AT, groups, bias, statesAt);
     words.fill(-1, statesAt / 4 + groups * LANES, statesAt / 4 + count);
     this.#crcs(RANGES_AT, count, bias, statesAt);
     // One checked store a CRC, not four.
@@ -680,18 +754,22 @@ class WasmBodyCrcWriter implements BodyCrcWriter {
 }
 
 /**
- * Compiles the module and returns its writer.
+ * Compiles the module of a variant and returns its writer.
  *
+ * @param variant The passes (by default the one {@link wasmCrcVariant}
+ *   picks for this host).
  * @returns The writer (one per process is enough).
  * @throws Where WebAssembly is missing or refuses the module.
  */
-export function loadWasmBodyCrcWriter(): BodyCrcWriter {
-  const module = new WebAssembly.Module(moduleBytes());
+export function loadWasmBodyCrcWriter(
+  variant: WasmCrcVariant = wasmCrcVariant(),
+): BodyCrcWriter {
+  const module = new WebAssembly.Module(moduleBytes(variant.passes));
   const instance = new WebAssembly.Instance(module);
   const exports = instance.exports as {
     memory: WebAssembly.Memory;
     crcs: WasmPass;
-    lanes: WasmPass;
+    lanes?: WasmPass;
   };
-  return new WasmBodyCrcWriter(exports.memory, exports.crcs, exports.lanes);
+  return new WasmBodyCrcWriter(variant, exports.memory, exports.crcs, exports.lanes);
 }
