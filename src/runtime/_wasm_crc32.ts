@@ -1,8 +1,13 @@
 /**
  * A {@link BodyCrcWriter} in WebAssembly, for Node: CRC-32 over a copy of
  * the batch's records in the module's memory, 16 bodies side by side in
- * SIMD lanes and the rest by a slicing-by-16 table loop, one copy and two
- * calls per batch.
+ * SIMD lanes and the rest by a slicing-by-16 table loop. A batch is done in
+ * runs (split at a body past the limit, and where a run would hold more
+ * records or triples than one call takes), each one copy and up to two
+ * calls: the lanes, unless the run's bodies are too short for them, then
+ * the table loop. Where WebAssembly has no SIMD (x64 without SSE4.1: QEMU's qemu64
+ * and kvm64 CPU models), the module holds the table loop alone
+ * ({@link WASM_TABLE_VARIANT}).
  *
  * Why (Node 20.20, V8 11.3, this machine, `putMessages` of 1000 × 128 B
  * into a warmed segment): every native CRC on Node has a fixed cost per
@@ -52,9 +57,9 @@
  * batch encoder does not give them to a writer, and {@link
  * WasmBodyCrcWriter.write} does them with `bodyCrc` between runs.
  *
- * The module is assembled here from its instructions (the text form is in
- * `crcsBody`'s comment), not shipped as a binary: there is no build step
- * for it, and the bytes can be read.
+ * The module is assembled here from its instructions (their text form is
+ * in the comments of `crcsBody` and `lanesBody`), not shipped as a binary:
+ * there is no build step for it, and the bytes can be read.
  *
  * @module
  */
@@ -105,6 +110,13 @@ export const WASM_TABLE_BODY_BYTES_MAX = 0x2FF;
  * 403 / 491, 400 / 457, 1280 B 470 / 410, 474 / 419, 514 / 464, 508 / 468,
  * 1536 B 598 / 553, 2 KiB 774 / 652: the module wins up to about 1.15 KiB,
  * past which `node:zlib`'s SIMD makes up for its fixed cost a call.
+ *
+ * These are batches of one body length. The lanes take a group of 16
+ * bodies only as far as its shortest body (rounded down to 16 B), and the
+ * table loop does the rest of each, so in groups of mixed lengths the long
+ * bodies cost about the table loop's figures above: about level with
+ * `node:zlib` at 1 KiB and a little behind it up to this limit (not
+ * measured on mixed groups).
  */
 export const WASM_BODY_BYTES_MAX = 0x47F;
 /**
@@ -354,6 +366,7 @@ const SIMD = {
   typeV128: 0x7B,
 } as const;
 
+/** A SIMD instruction: the prefix, the opcode (a LEB128), its immediates. */
 const simd = (op: number, ...immediates: number[]) => [SIMD.prefix, ...uleb(op), ...immediates];
 /** `v128.load offset=offset` (align 1: bodies start anywhere). */
 const vload = (offset: number) => simd(SIMD.load, 0, ...uleb(offset));
@@ -411,6 +424,47 @@ function interleave(unit: number, half: typeof LOW_HALF | typeof HIGH_HALF): num
  * C1 = C2 ^ swizzle(L1, lo) ^ swizzle(H1, hi)      ;; Hj[n] = byte j of T[n << 4]
  * C2 = C3 ^ swizzle(L2, lo) ^ swizzle(H2, hi)
  * C3 = swizzle(L3, lo) ^ swizzle(H3, hi)
+ * ```
+ *
+ * `x >>> 4` is `i16x8.shr_u` (WebAssembly has no byte shift): each byte
+ * gets the low bits of its neighbour in its top nibble, which the 0x0F
+ * mask then drops, so `hi` is right only because of the mask. The whole
+ * function in the text form:
+ *
+ * ```
+ * rangesEnd = ranges + groups * 192
+ * T0..T7 = v128.load(NIBBLES_AT + 16 * t)       ;; L0..L3, then H0..H3
+ * block loop                                    ;; each group of 16 triples
+ *   br_if 1 (ranges >= rangesEnd)
+ *   p0 = load(ranges) + bias; n = load(ranges + 4)
+ *   p1 = load(ranges + 12) + bias; len = load(ranges + 16)
+ *   n = select(n, len, n < len)                 ;; the running minimum
+ *   …                                           ;; and so for bodies 2..15
+ *   n &= -16                                    ;; whole columns of 16 only
+ *   C0 = C1 = C2 = C3 = i8x16.splat(0xFF); off = 0
+ *   block loop                                  ;; 16 bytes of each body a turn
+ *     br_if 1 (off >= n)
+ *     R0[k] = v128.load(pk + off)               ;; k = 0..15: row k is body k
+ *     ;; the transpose, rounds r = 0..3 (unit u = 2^r bytes): each pair of
+ *     ;; vectors (a, b) of round r becomes, in round r + 1, the shuffles
+ *     ;; interleaving a's and b's low halves by u bytes and their high halves
+ *     R1 = interleave(R0, 1); R2 = interleave(R1, 2); R3 = interleave(R2, 4)
+ *     column[0..15] = interleave(R3, 8)         ;; column j: byte j of each body
+ *     the step above, for column 0, then 1, …, 15
+ *     off += 16; br 0
+ *   end end
+ *   ;; the state store: bytes j of each state side by side, then words
+ *   A = shuffle(C0, C1: low halves by bytes); B = (C0, C1: high halves)
+ *   C = shuffle(C2, C3: low halves by bytes); D = (C2, C3: high halves)
+ *   v128.store(states, (A, C: low halves by 2 bytes))       ;; bodies 0–3
+ *   v128.store(states + 16, (A, C: high halves by 2 bytes)) ;; bodies 4–7
+ *   v128.store(states + 32, (B, D: low halves by 2 bytes))  ;; bodies 8–11
+ *   v128.store(states + 48, (B, D: high halves by 2 bytes)) ;; bodies 12–15
+ *   ;; the triple update, k = 0..15
+ *   store(ranges + 12k, load(ranges + 12k) + n)
+ *   store(ranges + 12k + 4, load(ranges + 12k + 4) - n)
+ *   ranges += 192; states += 64; br 0
+ * end end
  * ```
  *
  * With the loads and the transpose, about 24 operations a column of 16
@@ -733,8 +787,8 @@ class WasmBodyCrcWriter implements BodyCrcWriter {
     words.set(ranges.subarray(3 * first, 3 * last), RANGES_AT / 4);
     this.#bytes.set(bytes.subarray(low, high), regionAt);
     // Whole groups of 16 bodies go through the 16-lane pass first, which
-    // leaves their states; the others start from -1. Bodies of 32 B and
-    // less on average are left to the table loop: the pass would take
+    // leaves their states; the others start from -1. Bodies under 32 B on
+    // average are left to the table loop: the pass would take
     // at most one column block of them, and its cost a group (about 2 ns a
     // body) made 8–20 B bodies 1–2 ns slower than the table loop alone.
     const lanes = this.#lanes;
