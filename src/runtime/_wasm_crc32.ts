@@ -123,9 +123,9 @@ export const WASM_BODY_BYTES_MAX = 0x47F;
  * Most bytes one call copies in (records from the first body to the end of
  * the last); a batch with more is done in several calls.
  */
-const REGION_BYTES_MAX = 0x40_0000;
+export const REGION_BYTES_MAX = 0x40_0000;
 /** Most triples one call takes (their copy precedes the region). */
-const RUN_TRIPLES_MAX = 0x1_0000;
+export const RUN_TRIPLES_MAX = 0x1_0000;
 
 /** Stores `value` big-endian at `bytes[at]`. */
 function writeInt32(bytes: Uint8Array, at: number, value: number): void {
