@@ -107,7 +107,8 @@ interface Reference {
 /**
  * The batch encoded member by member with the single-message encoder and
  * patched record by record (what the commit log did before the batch
- * encoder), its hints staged and published one by one.
+ * encoder), its hints staged and published one by one; `maxBytes` is the
+ * encoder's maxMessageSize.
  */
 function referenceEncode(
   messages: readonly MessageInput[],
@@ -115,8 +116,9 @@ function referenceEncode(
   start: number,
   end: number,
   placement: { queueOffset: number; offset: number },
+  maxBytes = MAX_BYTES,
 ): Reference {
-  const encoder = new MessageEncoder({ maxMessageSizeBytes: MAX_BYTES, now: () => NOW_MS });
+  const encoder = new MessageEncoder({ maxMessageSizeBytes: maxBytes, now: () => NOW_MS });
   const bytes = new Uint8Array(length);
   const hints = new DispatchHints({ withKeys: true });
   hints.beginStage();
@@ -183,7 +185,7 @@ function referenceEncode(
           "MESSAGE_ILLEGAL",
           `The batch is over ${
             position + size - start
-          } bytes at message ${i}, maxMessageSize is ${MAX_BYTES} bytes`,
+          } bytes at message ${i}, maxMessageSize is ${maxBytes} bytes`,
         ),
       );
     }
@@ -213,7 +215,8 @@ function referenceEncode(
 /**
  * The batch through the BatchEncoder, its hints published as the commit
  * log does: placed as it is encoded (`placed`: the queue's counter at
- * `placement.queueOffset`, left as it was), or patched after.
+ * `placement.queueOffset`, left as it was), or patched after; `maxBytes`
+ * is the encoder's maxMessageSize.
  */
 function batchEncode(
   messages: readonly MessageInput[],
@@ -223,8 +226,9 @@ function batchEncode(
   placement: { queueOffset: number; offset: number },
   placed = false,
   shared?: { batch: BatchEncoder; table: TopicQueueTable },
+  maxBytes = MAX_BYTES,
 ): Reference {
-  const encoder = new MessageEncoder({ maxMessageSizeBytes: MAX_BYTES, now: () => NOW_MS });
+  const encoder = new MessageEncoder({ maxMessageSizeBytes: maxBytes, now: () => NOW_MS });
   const table = shared?.table ?? new TopicQueueTable();
   const first = messages[0]!;
   table.counter(first.topic, first.queueId).next = placement.queueOffset;
@@ -351,21 +355,38 @@ describe("BatchEncoder", () => {
       ? await (await import("../src/runtime/_bun_crc32.ts")).loadBunBodyCrcWriter()
       : loadWasmBodyCrcWriter();
     const writer = loadWasmBodyCrcWriter();
-    installBodyCrcWriter(writer);
+    // The writer, counting the triples of its calls: a call of 16 or more
+    // short bodies runs the 16-lane pass (where the host has it).
+    let mostTriples = 0;
+    installBodyCrcWriter({
+      name: writer.name,
+      bodyBytesMax: writer.bodyBytesMax,
+      write(bytes, ranges, count) {
+        mostTriples = Math.max(mostTriples, count);
+        return writer.write(bytes, ranges, count);
+      },
+    });
     try {
       assert.equal(nativeBodyCrcBytesMax(), writer.bodyBytesMax);
       const next = prng(21);
+      // Batches of up to 80 bodies of up to 2.25 KiB: over MAX_BYTES.
+      const maxBytes = 0x4_0000;
       for (let round = 0; round < 40; round++) {
-        // Bodies of 0..0x200 bytes: about half in the writer's runs.
-        const batch = randomBatch(next, 1 + Math.floor(next() * 40), 0x200);
+        // Bodies of 0..2 × bodyBytesMax bytes, about half given to the
+        // writer, and 32..80 members, so most batches give it 16 or more.
+        const members = 32 + Math.floor(next() * 49);
+        const batch = randomBatch(next, members, writer.bodyBytesMax! * 2);
         const placement = { queueOffset: round, offset: 0x10000 * round };
         const start = Math.floor(next() * 64);
+        const length = start + 2 * maxBytes;
+        const end = start + maxBytes;
         assertSameEncoding(
-          batchEncode(batch, start + 2 * MAX_BYTES, start, start + MAX_BYTES, placement, true),
-          referenceEncode(batch, start + 2 * MAX_BYTES, start, start + MAX_BYTES, placement),
+          batchEncode(batch, length, start, end, placement, true, undefined, maxBytes),
+          referenceEncode(batch, length, start, end, placement, maxBytes),
           `round ${round}`,
         );
       }
+      assert.ok(mostTriples >= 0x10, `most triples a call ${mostTriples}`);
     } finally {
       installBodyCrcWriter(installed);
     }
