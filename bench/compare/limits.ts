@@ -5,7 +5,8 @@
  * - memcpy of a record into a prefaulted buffer (records/s): the ceiling of
  *   any store that copies the record once;
  * - the page-cache fill (GB/s): how fast the kernel hands a new file's
- *   pages to a mapping, the ceiling of a burst appended into new pages;
+ *   pages to a mapping, the ceiling of a burst appended into new pages
+ *   (measured by `bench/commit_log_bench.ts` before its ASYNC rows);
  * - 4 MiB sequential writes plus one fdatasync (GB/s): the disk's
  *   streaming bandwidth through the page cache;
  * - one 4 KiB write + fdatasync (p50/p99): the price of one durable
