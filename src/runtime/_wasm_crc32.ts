@@ -615,10 +615,28 @@ export const WASM_LANES_VARIANT: WasmCrcVariant = {
 };
 
 /**
+ * Modules assembled so far, by their passes joined with commas: the host
+ * check ({@link wasmCrcVariant}) and the load then share one assembly.
+ */
+const assembled = new Map<string, Uint8Array<ArrayBuffer>>();
+
+/**
  * The module holding `passes`: one memory ("memory", 1 page), then each
  * pass as a function `(i32, i32, i32, i32)` exported under its name.
+ * Assembled once per list of passes (callers only read the bytes).
  */
 function moduleBytes(passes: readonly WasmCrcPass[]): Uint8Array<ArrayBuffer> {
+  const key = passes.join(",");
+  let bytes = assembled.get(key);
+  if (bytes === undefined) {
+    bytes = assembleModule(passes);
+    assembled.set(key, bytes);
+  }
+  return bytes;
+}
+
+/** Assembles the module of {@link moduleBytes}. */
+function assembleModule(passes: readonly WasmCrcPass[]): Uint8Array<ArrayBuffer> {
   const code = passes.map((pass) =>
     pass === "crcs"
       ? functionCode([[...uleb(EXTRA_LOCALS), OP.typeI32]], crcsBody())
