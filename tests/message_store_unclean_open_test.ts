@@ -413,3 +413,94 @@ describe("MessageStore unclean open cost", () => {
     }
   });
 });
+
+/** A page of the file, the unit a power loss takes in these tests. */
+const PAGE_BYTES = 0x1000;
+
+/**
+ * After `checkpointNow`: puts messages with a 600-byte property until one's
+ * properties hold a page boundary past their first `0x01` (where a record
+ * passes the syntax check, see tornSectorOf), and stops there: that record
+ * ends the log.
+ */
+async function putPropertiesAcrossPage(
+  store: MessageStore,
+  from: number,
+  value: string,
+): Promise<{ i: number; offset: number; end: number; boundary: number }> {
+  for (let i = from; i < from + 100; i++) {
+    const r = await store.putMessage({
+      topic: TOPIC,
+      queueId: i % QUEUES,
+      body: body(100 + (i * 37) % 200, i),
+      properties: { P: value },
+    });
+    assert.equal(r.status, "PUT_OK");
+    const offset = r.appendResult!.wroteOffset;
+    const end = offset + r.appendResult!.wroteBytes;
+    // "P" 0x01 value: the value starts 2 bytes into the properties.
+    const valueStart = end - new TextEncoder().encode(value).length;
+    const boundary = Math.ceil((valueStart + 1) / PAGE_BYTES) * PAGE_BYTES;
+    if (boundary < end - 1) return { i: i + 1, offset, end, boundary };
+  }
+  throw new Error("no record's properties crossed a page boundary");
+}
+
+describe("MessageStore unclean open: torn tails", () => {
+  test("MessageStore.open() after a crash cuts a record whose properties lost their last page", async () => {
+    const env = await openStore();
+    const before = await putUntil(env.store, 0x3000, 0);
+    await checkpointNow(env);
+    const victim = await putPropertiesAcrossPage(env.store, before, "v".repeat(600));
+    assert.equal(env.store.maxOffset, victim.end);
+    await settle();
+    env.port.crash();
+    // The power loss took the page the record ends in: zeros from its start.
+    await writeAt(env, victim.boundary, new Uint8Array(PAGE_BYTES));
+    const again = await env.reopen();
+    try {
+      assert.equal(again.recovery.endKind, "invalid");
+      assert.match(again.recovery.detail, /PROPERTIES_MALFORMED/);
+      assert.match(again.recovery.detail, new RegExp(`zeros from offset ${victim.boundary}`));
+      assert.equal(again.maxOffset, victim.offset);
+      // Every message before it, and the torn bytes zeroed.
+      await assertServed(again, victim.i - 1);
+      const bytes = (await env.port.readFile(segmentPath(env, victim.offset)))!;
+      const from = victim.offset % SEGMENT_BYTES;
+      assert.ok(bytes.subarray(from, from + (victim.end - victim.offset)).every((b) => b === 0));
+    } finally {
+      await again.close();
+    }
+  });
+
+  const keptCases = [
+    { name: "whole", value: "v".repeat(600) },
+    // NULs are legal in a value; a run of them ends this one mid-sector.
+    { name: "whose value ends in NUL characters", value: "v".repeat(601) + "\u0000".repeat(7) },
+  ];
+  for (const { name, value } of keptCases) {
+    test(`MessageStore.open() after a crash keeps a last record ${name} across a page`, async () => {
+      const env = await openStore();
+      const before = await putUntil(env.store, 0x3000, 0);
+      await checkpointNow(env);
+      const last = await putPropertiesAcrossPage(env.store, before, value);
+      // No sector starts among the NULs (else the record would read as torn).
+      const nulStart = last.end - (value.length - value.indexOf("\u0000"));
+      assert.ok(!value.includes("\u0000") || (last.end - 1) - (last.end - 1) % 0x200 < nulStart);
+      await settle();
+      env.port.crash();
+      const again = await env.reopen();
+      try {
+        assert.equal(again.recovery.clean, false);
+        assert.equal(again.recovery.endKind, "end");
+        assert.equal(again.maxOffset, last.end);
+        await assertServed(again, last.i);
+        const page = await again.getMessages(TOPIC, (last.i - 1) % QUEUES, 0, 1_000);
+        const stored = page.messages[page.messages.length - 1]!;
+        assert.equal(stored.properties.get("P"), value);
+      } finally {
+        await again.close();
+      }
+    });
+  }
+});

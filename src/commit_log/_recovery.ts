@@ -16,6 +16,12 @@
  * ending at or before `trustedOffset` (durable before the checkpoint was
  * written) are checked without their body CRC.
  *
+ * A verified record is also refused when a sector of its properties reads
+ * as zeros through to the sector's end (see {@link tornSectorOf}): the
+ * properties are the last field and the body CRC does not cover them, so a
+ * record whose last page (or sector) a power loss took otherwise passes
+ * every check once the first name-value separator is in.
+ *
  * Past the cut, an unclean open looks for stale bytes (a later page kept,
  * an earlier one lost) up to `staleBytesMax` past the cut, or through the
  * whole tail of the segment when the bound is unknown or the bytes found
@@ -35,6 +41,7 @@ import {
   type RecordView,
 } from "../record/mod.ts";
 import type { MappedFile, SelectedRange } from "../segment/mapped_file.ts";
+import { TORN_SECTOR_BYTES } from "./constants.ts";
 import type { TopicQueueTable } from "./topic_queue_table.ts";
 
 /** Where the scan found the log to end. */
@@ -245,6 +252,39 @@ async function staleEnd(
 }
 
 /**
+ * Where a sector of a record's properties was lost: the position in
+ * `bytes` of the first sector boundary of the file (every
+ * {@link TORN_SECTOR_BYTES}) at or after the properties' first byte and
+ * before their end from which `bytes` read as zeros to the sector's end
+ * (or to the end of `bytes`), else -1.
+ *
+ * A write cut short by a power loss leaves the sectors it did not reach as
+ * they were: zeros, past the end of an append-only log. The properties are
+ * a record's last field, outside its body CRC, and they pass the syntax
+ * check as soon as their first `0x01` is in, so a record whose last sector
+ * (or page) was lost looked whole. A record written whole does not end so:
+ * a whole sector of zeros from a boundary inside its properties needs a
+ * value ending in NUL characters exactly there, and no record after it.
+ *
+ * @param bytes The scanned bytes.
+ * @param view A MESSAGE record in `bytes`.
+ * @param base The file position of `bytes[0]` (sectors are aligned in the file).
+ * @returns The position of the lost sector in `bytes`, or -1.
+ */
+export function tornSectorOf(bytes: Uint8Array, view: RecordView, base: number): number {
+  const start = view.propertiesPosition;
+  const end = start + view.propertiesLength;
+  let at = start + (TORN_SECTOR_BYTES - (base + start) % TORN_SECTOR_BYTES) % TORN_SECTOR_BYTES;
+  for (; at < end; at += TORN_SECTOR_BYTES) {
+    const sectorEnd = Math.min(at + TORN_SECTOR_BYTES, bytes.length);
+    let i = at;
+    while (i < sectorEnd && bytes[i] === 0) i++;
+    if (i === sectorEnd) return at;
+  }
+  return -1;
+}
+
+/**
  * Walks the segments; see the module doc.
  *
  * @param files The loaded segments, oldest first, each readable whole.
@@ -296,6 +336,16 @@ export async function scanCommitLog(
             view = verifying.check(bytes, at, file.fileFromOffset + position);
           }
           trustedEnd = 0;
+        }
+        if (view.kind === "message" && view === verifying.view) {
+          const torn = tornSectorOf(bytes, view, window.base);
+          if (torn >= 0) {
+            view.kind = "invalid";
+            view.reason = "PROPERTIES_MALFORMED";
+            view.detail = `its properties read as zeros from offset ${
+              file.fileFromOffset + window.base + torn
+            } to the end of that sector: a write the crash did not finish`;
+          }
         }
         if (view.kind === "message") {
           if (hasConsumeQueueEntry(view.sysFlag)) {

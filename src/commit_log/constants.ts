@@ -15,6 +15,14 @@ import { OS_PAGE_SIZE_BYTES, PREPARE_POPULATE_CHUNK_BYTES } from "../segment/con
  */
 export const END_OF_FILE_RESERVE_BYTES: number = BLANK_RECORD_SIZE_BYTES;
 
+/**
+ * The unit a disk writes whole, as recovery assumes it (512 bytes, the
+ * smallest sector): a write cut short by a power loss leaves whole sectors
+ * unwritten, so recovery looks for a sector of zeros inside a record's
+ * properties (`tornSectorOf`). A page lost whole is 8 such sectors.
+ */
+export const TORN_SECTOR_BYTES = 0x200;
+
 /** The least {@link unflushedBytesMaxDefault} answers: 64 MiB. */
 export const UNFLUSHED_BYTES_MAX_DEFAULT_MIN = 0x400_0000;
 /**
