@@ -446,7 +446,7 @@ async function putPropertiesAcrossPage(
   throw new Error("no record's properties crossed a page boundary");
 }
 
-describe("MessageStore unclean open: torn tails", () => {
+describe("MessageStore unclean open: torn tails and the checkpoint", () => {
   test("MessageStore.open() after a crash cuts a record whose properties lost their last page", async () => {
     const env = await openStore();
     const before = await putUntil(env.store, 0x3000, 0);
@@ -503,4 +503,41 @@ describe("MessageStore unclean open: torn tails", () => {
       }
     });
   }
+
+  test("MessageStore.open() after a crash that cut the log lowers the checkpoint before the first put", async () => {
+    const env = await openStore();
+    const i = await putUntil(env.store, 2.5 * SEGMENT_BYTES, 0);
+    const checkpointed = await checkpointNow(env);
+    const loaded = await StoreCheckpoint.load(env.port, `${env.directory}/checkpoint`);
+    assert.equal(loaded.consumeQueueOffset, checkpointed);
+    assert.equal(loaded.indexOffset, checkpointed);
+    const records = await readRecords(env.port, env.directory);
+    await settle();
+    env.port.crash();
+    // A power loss took the last records (pages the checkpoint had counted).
+    const victimIndex = records.length - 5;
+    const victim = records[victimIndex]!;
+    assert.equal(
+      segmentPath(env, victim.offset),
+      segmentPath(env, checkpointed - 1),
+      "in the last segment",
+    );
+    await writeAt(env, victim.offset, new Uint8Array(checkpointed - victim.offset));
+    const again = await env.reopen();
+    try {
+      assert.equal(again.maxOffset, victim.offset);
+      const checkpoint = await StoreCheckpoint.load(env.port, `${env.directory}/checkpoint`);
+      assert.equal(checkpoint.commitLogOffset, victim.offset);
+      assert.equal(checkpoint.consumeQueueOffset, victim.offset);
+      assert.equal(checkpoint.indexOffset, victim.offset);
+      await assertServed(again, victimIndex);
+      // The store goes on from the cut: the lost queue offsets are reused.
+      const next = await putUntil(again, checkpointed + 0x800, victimIndex);
+      assert.ok(next > i);
+      await again.whenDispatched(again.maxOffset);
+      await assertServed(again, next);
+    } finally {
+      await again.close();
+    }
+  });
 });

@@ -492,6 +492,8 @@ export class MessageStore {
       // walk them too (tools report the records scanned).
       const tableFromConsumeQueues = !readOnly && checkpoint.consumeQueueOffset >= 0 &&
         consumeQueueEnd >= 0;
+      // As loaded: the scan sets it to where the log now ends.
+      const checkpointLogOffset = checkpoint.commitLogOffset;
       const scan = await commitLog.loadAndRecover(clean, { tableFromConsumeQueues, sameBoot });
       const endOffset = commitLog.maxOffset;
       const minOffset = commitLog.minOffset;
@@ -524,6 +526,7 @@ export class MessageStore {
         consumeQueueEnd,
         index,
       });
+      if (!readOnly) await lowerCheckpoint(checkpoint, checkpointLogOffset, endOffset);
       const log = commitLog;
       const sync = resolved.flushDiskType === "SYNC_FLUSH";
       // Set once built: the dispatcher wakes its subscribers.
@@ -1434,6 +1437,37 @@ async function redispatch(
     if (dispatcher.dispatchedOffset < endOffset) await save();
   }
   if (dispatcher.dispatchedOffset !== from) await save();
+}
+
+/**
+ * After the scan: when the log ends below the checkpoint's points (a power
+ * loss took records they had counted), lowers them to its end and writes
+ * the checkpoint, before the first put. New records go where the lost ones
+ * were; left as they were, the points would claim them before they are
+ * durable: a second crash would then trust the commit-log records below
+ * the old point without their CRC, and start re-dispatch at the old
+ * consume-queue or index point, past the units and keys of the records
+ * below it that the crash took.
+ *
+ * @param checkpoint The checkpoint, its commit-log point already at `endOffset`.
+ * @param loadedLogOffset Its commit-log point as loaded (-1: none).
+ * @param endOffset Where the recovered log ends.
+ */
+async function lowerCheckpoint(
+  checkpoint: StoreCheckpoint,
+  loadedLogOffset: number,
+  endOffset: number,
+): Promise<void> {
+  let lowered = loadedLogOffset > endOffset;
+  if (checkpoint.consumeQueueOffset > endOffset) {
+    checkpoint.consumeQueueOffset = endOffset;
+    lowered = true;
+  }
+  if (checkpoint.indexOffset > endOffset) {
+    checkpoint.indexOffset = endOffset;
+    lowered = true;
+  }
+  if (lowered) await checkpoint.flush();
 }
 
 /**
