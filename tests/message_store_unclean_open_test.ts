@@ -11,7 +11,9 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { tornTailOf } from "../src/commit_log/_recovery.ts";
 import { StoreCheckpoint } from "../src/commit_log/store_checkpoint.ts";
+import { checkRecord, encodeMessage } from "../src/record/mod.ts";
 import type { FileHandle, RuntimePort } from "../src/runtime/port.ts";
 import {
   CHECKPOINT_BOUNDS_END,
@@ -414,21 +416,36 @@ describe("MessageStore unclean open cost", () => {
   });
 });
 
-/** A page of the file, the unit a power loss takes in these tests. */
+/** A page of the file, and the smallest unit a power loss takes (tornTailOf). */
 const PAGE_BYTES = 0x1000;
+const SECTOR_BYTES = 0x200;
+
+/** The last `unit` boundary before `end` (the one whose unit holds the record's last byte). */
+function lastBoundary(end: number, unit: number): number {
+  return (end - 1) - (end - 1) % unit;
+}
+
+/** A record put by {@link putUntilPlaced}; `i` counts the messages put so far. */
+interface Placed {
+  i: number;
+  offset: number;
+  end: number;
+  /** Where the value of property P starts. */
+  valueStart: number;
+}
 
 /**
- * After `checkpointNow`: puts messages with a 600-byte property until one's
- * properties hold a page boundary past their first `0x01` (where a record
- * passes the syntax check, see tornSectorOf), and stops there: that record
- * ends the log.
+ * Puts messages with property P = `value` (bodies of varying sizes) until
+ * `placed` accepts where one landed; that record then ends the log.
  */
-async function putPropertiesAcrossPage(
+async function putUntilPlaced(
   store: MessageStore,
   from: number,
   value: string,
-): Promise<{ i: number; offset: number; end: number; boundary: number }> {
-  for (let i = from; i < from + 100; i++) {
+  placed: (record: Placed) => boolean,
+): Promise<Placed> {
+  const valueBytes = new TextEncoder().encode(value).length;
+  for (let i = from; i < from + 400; i++) {
     const r = await store.putMessage({
       topic: TOPIC,
       queueId: i % QUEUES,
@@ -438,55 +455,76 @@ async function putPropertiesAcrossPage(
     assert.equal(r.status, "PUT_OK");
     const offset = r.appendResult!.wroteOffset;
     const end = offset + r.appendResult!.wroteBytes;
-    // "P" 0x01 value: the value starts 2 bytes into the properties.
-    const valueStart = end - new TextEncoder().encode(value).length;
-    const boundary = Math.ceil((valueStart + 1) / PAGE_BYTES) * PAGE_BYTES;
-    if (boundary < end - 1) return { i: i + 1, offset, end, boundary };
+    const record = { i: i + 1, offset, end, valueStart: end - valueBytes };
+    if (placed(record)) return record;
   }
-  throw new Error("no record's properties crossed a page boundary");
+  throw new Error("no record landed as asked");
 }
 
-describe("MessageStore unclean open: torn tails and the checkpoint", () => {
-  test("MessageStore.open() after a crash cuts a record whose properties lost their last page", async () => {
-    const env = await openStore();
-    const before = await putUntil(env.store, 0x3000, 0);
-    await checkpointNow(env);
-    const victim = await putPropertiesAcrossPage(env.store, before, "v".repeat(600));
-    assert.equal(env.store.maxOffset, victim.end);
-    await settle();
-    env.port.crash();
-    // The power loss took the page the record ends in: zeros from its start.
-    await writeAt(env, victim.boundary, new Uint8Array(PAGE_BYTES));
-    const again = await env.reopen();
-    try {
-      assert.equal(again.recovery.endKind, "invalid");
-      assert.match(again.recovery.detail, /PROPERTIES_MALFORMED/);
-      assert.match(again.recovery.detail, new RegExp(`zeros from offset ${victim.boundary}`));
-      assert.equal(again.maxOffset, victim.offset);
-      // Every message before it, and the torn bytes zeroed.
-      await assertServed(again, victim.i - 1);
-      const bytes = (await env.port.readFile(segmentPath(env, victim.offset)))!;
-      const from = victim.offset % SEGMENT_BYTES;
-      assert.ok(bytes.subarray(from, from + (victim.end - victim.offset)).every((b) => b === 0));
-    } finally {
-      await again.close();
-    }
-  });
+/** The value of property P of the last message of queue `queueId`. */
+async function lastValue(store: MessageStore, queueId: number): Promise<string | undefined> {
+  const page = await store.getMessages(
+    TOPIC,
+    queueId,
+    store.getMaxQueueOffset(TOPIC, queueId) - 1,
+    1,
+  );
+  return page.messages[0]?.properties.get("P");
+}
 
-  const keptCases = [
-    { name: "whole", value: "v".repeat(600) },
-    // NULs are legal in a value; a run of them ends this one mid-sector.
-    { name: "whose value ends in NUL characters", value: "v".repeat(601) + "\u0000".repeat(7) },
-  ];
-  for (const { name, value } of keptCases) {
-    test(`MessageStore.open() after a crash keeps a last record ${name} across a page`, async () => {
+describe("MessageStore unclean open: torn tails", () => {
+  for (const [unitName, unit] of [["page", PAGE_BYTES], ["sector", SECTOR_BYTES]] as const) {
+    test(`MessageStore.open() after a crash cuts a record whose properties lost their last ${unitName}`, async () => {
       const env = await openStore();
       const before = await putUntil(env.store, 0x3000, 0);
       await checkpointNow(env);
-      const last = await putPropertiesAcrossPage(env.store, before, value);
-      // No sector starts among the NULs (else the record would read as torn).
-      const nulStart = last.end - (value.length - value.indexOf("\u0000"));
-      assert.ok(!value.includes("\u0000") || (last.end - 1) - (last.end - 1) % 0x200 < nulStart);
+      // A boundary inside the value, past its first character: the
+      // properties read as well-formed with everything after it lost.
+      const victim = await putUntilPlaced(env.store, before, "v".repeat(600), (r) => {
+        const boundary = lastBoundary(r.end, unit);
+        return boundary > r.valueStart && boundary < r.end - 1;
+      });
+      const boundary = lastBoundary(victim.end, unit);
+      assert.equal(env.store.maxOffset, victim.end);
+      await settle();
+      env.port.crash();
+      await writeAt(env, boundary, new Uint8Array(unit));
+      const again = await env.reopen();
+      try {
+        assert.equal(again.recovery.endKind, "invalid");
+        assert.match(again.recovery.detail, /PROPERTIES_MALFORMED/);
+        assert.match(again.recovery.detail, new RegExp(`zeros from offset ${boundary}`));
+        assert.equal(again.maxOffset, victim.offset);
+        // Every message before it, and the torn bytes zeroed.
+        await assertServed(again, victim.i - 1);
+        const bytes = (await env.port.readFile(segmentPath(env, victim.offset)))!;
+        const from = victim.offset % SEGMENT_BYTES;
+        assert.ok(bytes.subarray(from, from + (victim.end - victim.offset)).every((b) => b === 0));
+      } finally {
+        await again.close();
+      }
+    });
+  }
+
+  const keptCases = [
+    {
+      name: "a last record whole",
+      value: "v".repeat(600),
+      placed: (r: Placed) => lastBoundary(r.end, SECTOR_BYTES) > r.valueStart,
+    },
+    {
+      // NULs are legal in a value; these do not reach back to a sector boundary.
+      name: "a last record whose value ends in NULs within a sector",
+      value: "v".repeat(601) + "\u0000".repeat(7),
+      placed: (r: Placed) => lastBoundary(r.end, SECTOR_BYTES) < r.end - 7,
+    },
+  ];
+  for (const { name, value, placed } of keptCases) {
+    test(`MessageStore.open() after a crash keeps ${name}`, async () => {
+      const env = await openStore();
+      const before = await putUntil(env.store, 0x3000, 0);
+      await checkpointNow(env);
+      const last = await putUntilPlaced(env.store, before, value, placed);
       await settle();
       env.port.crash();
       const again = await env.reopen();
@@ -495,49 +533,159 @@ describe("MessageStore unclean open: torn tails and the checkpoint", () => {
         assert.equal(again.recovery.endKind, "end");
         assert.equal(again.maxOffset, last.end);
         await assertServed(again, last.i);
-        const page = await again.getMessages(TOPIC, (last.i - 1) % QUEUES, 0, 1_000);
-        const stored = page.messages[page.messages.length - 1]!;
-        assert.equal(stored.properties.get("P"), value);
+        assert.equal(await lastValue(again, (last.i - 1) % QUEUES), value);
       } finally {
         await again.close();
       }
     });
   }
 
-  test("MessageStore.open() after a crash that cut the log lowers the checkpoint before the first put", async () => {
-    const env = await openStore();
-    const i = await putUntil(env.store, 2.5 * SEGMENT_BYTES, 0);
-    const checkpointed = await checkpointNow(env);
-    const loaded = await StoreCheckpoint.load(env.port, `${env.directory}/checkpoint`);
-    assert.equal(loaded.consumeQueueOffset, checkpointed);
-    assert.equal(loaded.indexOffset, checkpointed);
-    const records = await readRecords(env.port, env.directory);
-    await settle();
-    env.port.crash();
-    // A power loss took the last records (pages the checkpoint had counted).
-    const victimIndex = records.length - 5;
-    const victim = records[victimIndex]!;
-    assert.equal(
-      segmentPath(env, victim.offset),
-      segmentPath(env, checkpointed - 1),
-      "in the last segment",
-    );
-    await writeAt(env, victim.offset, new Uint8Array(checkpointed - victim.offset));
-    const again = await env.reopen();
-    try {
-      assert.equal(again.maxOffset, victim.offset);
-      const checkpoint = await StoreCheckpoint.load(env.port, `${env.directory}/checkpoint`);
-      assert.equal(checkpoint.commitLogOffset, victim.offset);
-      assert.equal(checkpoint.consumeQueueOffset, victim.offset);
-      assert.equal(checkpoint.indexOffset, victim.offset);
-      await assertServed(again, victimIndex);
-      // The store goes on from the cut: the lost queue offsets are reused.
-      const next = await putUntil(again, checkpointed + 0x800, victimIndex);
-      assert.ok(next > i);
-      await again.whenDispatched(again.maxOffset);
-      await assertServed(again, next);
-    } finally {
-      await again.close();
+  // A value ending in NULs across a sector boundary: a clean open keeps it
+  // (the rule is for crashes only), and so does any open when records follow.
+  const nulCases = [
+    { name: "a last record", crash: false, after: 0 },
+    { name: "a record followed by others", crash: false, after: 2 },
+    { name: "a record followed by others, after a crash", crash: true, after: 2 },
+  ];
+  for (const { name, crash, after } of nulCases) {
+    test(`MessageStore.open() ${crash ? "after a crash" : "after a close"} keeps ${name} whose value ends in NULs across a sector boundary`, async () => {
+      const env = await openStore();
+      const before = await putUntil(env.store, 0x3000, 0);
+      await checkpointNow(env);
+      const value = "z" + "\u0000".repeat(600);
+      const nuls = await putUntilPlaced(
+        env.store,
+        before,
+        value,
+        (r) => r.end % SECTOR_BYTES !== 0,
+      );
+      let i = nuls.i;
+      for (; i < nuls.i + after; i++) {
+        const r = await env.store.putMessage({
+          topic: TOPIC,
+          queueId: i % QUEUES,
+          body: body(50, i),
+        });
+        assert.equal(r.status, "PUT_OK");
+      }
+      const end = env.store.maxOffset;
+      if (crash) {
+        await settle();
+        env.port.crash();
+      } else {
+        await env.store.close();
+      }
+      const again = await env.reopen();
+      try {
+        assert.equal(again.recovery.clean, !crash);
+        assert.equal(again.recovery.endKind, "end");
+        assert.equal(again.maxOffset, end);
+        await assertServed(again, i);
+        const queueId = (nuls.i - 1) % QUEUES;
+        const page = await again.getMessages(TOPIC, queueId, 0, 1_000);
+        const stored = page.messages.find((m) => m.physicalOffset === nuls.offset);
+        assert.equal(stored?.properties.get("P"), value);
+      } finally {
+        await again.close();
+      }
+    });
+  }
+});
+
+describe("MessageStore unclean open: the checkpoint after a cut", () => {
+  const cases = [
+    { name: "all its points", keepLogPoint: false },
+    // As under ASYNC_FLUSH, where dispatch runs ahead of the log's flush.
+    { name: "the consume-queue and index points", keepLogPoint: true },
+  ];
+  for (const { name, keepLogPoint } of cases) {
+    test(`MessageStore.open() after a crash that cut the log lowers ${name} before the first put`, async () => {
+      const env = await openStore();
+      const i = await putUntil(env.store, 2.5 * SEGMENT_BYTES, 0);
+      const checkpointed = await checkpointNow(env);
+      const path = `${env.directory}/checkpoint`;
+      const loaded = await StoreCheckpoint.load(env.port, path);
+      assert.equal(loaded.consumeQueueOffset, checkpointed);
+      assert.equal(loaded.indexOffset, checkpointed);
+      const records = await readRecords(env.port, env.directory);
+      await settle();
+      env.port.crash();
+      // A power loss took the last records (pages the checkpoint had counted).
+      const victimIndex = records.length - 5;
+      const victim = records[victimIndex]!;
+      assert.equal(segmentPath(env, victim.offset), segmentPath(env, checkpointed - 1));
+      await writeAt(env, victim.offset, new Uint8Array(checkpointed - victim.offset));
+      if (keepLogPoint) {
+        loaded.commitLogOffset = victim.offset;
+        await loaded.flush();
+      }
+      const again = await env.reopen();
+      let next = victimIndex;
+      try {
+        assert.equal(again.maxOffset, victim.offset);
+        const checkpoint = await StoreCheckpoint.load(env.port, path);
+        assert.equal(checkpoint.commitLogOffset, victim.offset);
+        assert.equal(checkpoint.consumeQueueOffset, victim.offset);
+        assert.equal(checkpoint.indexOffset, victim.offset);
+        await assertServed(again, victimIndex);
+        // New records where the lost ones were, below the old points; then
+        // a second crash tears the last one (a page of its body lost).
+        next = await putUntil(again, victim.offset + 0x800, victimIndex);
+        assert.ok(again.maxOffset < checkpointed);
+        await settle();
+        env.port.crash();
+      } catch (error) {
+        await again.close();
+        throw error;
+      }
+      const last = (await readRecords(env.port, env.directory)).at(-1)!;
+      await writeAt(env, last.offset + 200, new Uint8Array(20));
+      const third = await env.reopen();
+      try {
+        assert.equal(third.recovery.clean, false);
+        // Verified with its CRC, not trusted below the old commit-log point.
+        assert.equal(third.recovery.endKind, "invalid");
+        assert.match(third.recovery.detail, /CRC/);
+        assert.equal(third.maxOffset, last.offset);
+        await assertServed(third, next - 1);
+      } finally {
+        await third.close();
+      }
+    });
+  }
+});
+
+describe("tornTailOf", () => {
+  test("tornTailOf() finds the lost tail at any file position of the scanned bytes", () => {
+    const record = encodeMessage({
+      topic: TOPIC,
+      queueId: 0,
+      body: body(40),
+      properties: { P: "v".repeat(700) },
+    });
+    for (const base of [0, 300, 0x1000 - 17]) {
+      const bytes = new Uint8Array(0x1000);
+      const at = 100;
+      bytes.set(record, at);
+      const view = checkRecord(bytes, at);
+      assert.equal(view.kind, "message");
+      const end = view.propertiesPosition + view.propertiesLength;
+      // The last sector boundary (in the file) inside the properties.
+      const boundary = (end - 1) - (base + end - 1) % SECTOR_BYTES;
+      assert.ok(boundary > view.propertiesPosition + 2, `base ${base}`);
+      assert.equal(tornTailOf(bytes, view, base), -1, `base ${base}: whole`);
+      bytes.fill(0, boundary);
+      assert.equal(tornTailOf(bytes, view, base), boundary, `base ${base}: torn`);
+      // Lost from one sector earlier: the first lost sector is reported.
+      if (boundary - SECTOR_BYTES > view.propertiesPosition) {
+        bytes.fill(0, boundary - SECTOR_BYTES);
+        assert.equal(tornTailOf(bytes, view, base), boundary - SECTOR_BYTES, `base ${base}`);
+      }
+      // A byte written after the record in the same sector: not a lost tail.
+      if (end < Math.min(boundary + SECTOR_BYTES, bytes.length)) {
+        bytes[end] = 1;
+        assert.equal(tornTailOf(bytes, view, base), -1, `base ${base}: data after it`);
+      }
     }
   });
 });

@@ -16,11 +16,12 @@
  * ending at or before `trustedOffset` (durable before the checkpoint was
  * written) are checked without their body CRC.
  *
- * A verified record is also refused when a sector of its properties reads
- * as zeros through to the sector's end (see {@link tornSectorOf}): the
- * properties are the last field and the body CRC does not cover them, so a
- * record whose last page (or sector) a power loss took otherwise passes
- * every check once the first name-value separator is in.
+ * After a crash (`tornTails`), a verified record is also refused when its
+ * properties read as zeros from a sector boundary to their end and on to
+ * that sector's end (see {@link tornTailOf}): the properties are the last
+ * field and the body CRC does not cover them, so a record whose last page
+ * (or sector) a power loss took otherwise passes every check once the
+ * first name-value separator is in.
  *
  * Past the cut, an unclean open looks for stale bytes (a later page kept,
  * an earlier one lost) up to `staleBytesMax` past the cut, or through the
@@ -84,6 +85,15 @@ export interface ScanOptions {
   trustedOffset?: number;
   /** Verify body CRCs (`checkCRCOnRecover`). */
   checkCrc: boolean;
+  /**
+   * Refuse verified records whose properties end in a lost sector (see
+   * {@link tornTailOf}): after a crash only. A clean close flushed every
+   * record before it removed the abort marker, so on a clean open the
+   * rule could only cut a record whose value ends in NUL characters.
+   *
+   * @default {false}
+   */
+  tornTails?: boolean;
   /** Receives the queue offsets seen. */
   table: TopicQueueTable;
   /**
@@ -252,36 +262,49 @@ async function staleEnd(
 }
 
 /**
- * Where a sector of a record's properties was lost: the position in
- * `bytes` of the first sector boundary of the file (every
- * {@link TORN_SECTOR_BYTES}) at or after the properties' first byte and
- * before their end from which `bytes` read as zeros to the sector's end
- * (or to the end of `bytes`), else -1.
+ * Where a record's properties lost their tail: the position in `bytes` of
+ * the first sector boundary of the file (every {@link TORN_SECTOR_BYTES})
+ * inside the properties from which `bytes` read as zeros to the
+ * properties' end and on to the end of that boundary's sector (or of
+ * `bytes`), else -1. Only the sectors the tail covers are looked at: one
+ * byte for most records.
  *
  * A write cut short by a power loss leaves the sectors it did not reach as
  * they were: zeros, past the end of an append-only log. The properties are
  * a record's last field, outside its body CRC, and they pass the syntax
  * check as soon as their first `0x01` is in, so a record whose last sector
- * (or page) was lost looked whole. A record written whole does not end so:
- * a whole sector of zeros from a boundary inside its properties needs a
- * value ending in NUL characters exactly there, and no record after it.
+ * (or page) was lost looked whole. The rule cannot tell such a record from
+ * one written whole whose last value ends in NUL characters across a
+ * sector boundary with nothing written after it: that record is cut too
+ * (NULs are legal in a value). A sector lost in the middle of the
+ * properties, a later one kept, is not looked for: a run of NULs in a
+ * value would look the same, with records after it.
  *
  * @param bytes The scanned bytes.
  * @param view A MESSAGE record in `bytes`.
  * @param base The file position of `bytes[0]` (sectors are aligned in the file).
- * @returns The position of the lost sector in `bytes`, or -1.
+ * @returns The position of the first lost sector in `bytes`, or -1.
  */
-export function tornSectorOf(bytes: Uint8Array, view: RecordView, base: number): number {
+export function tornTailOf(bytes: Uint8Array, view: RecordView, base: number): number {
   const start = view.propertiesPosition;
   const end = start + view.propertiesLength;
-  let at = start + (TORN_SECTOR_BYTES - (base + start) % TORN_SECTOR_BYTES) % TORN_SECTOR_BYTES;
-  for (; at < end; at += TORN_SECTOR_BYTES) {
-    const sectorEnd = Math.min(at + TORN_SECTOR_BYTES, bytes.length);
-    let i = at;
-    while (i < sectorEnd && bytes[i] === 0) i++;
-    if (i === sectorEnd) return at;
+  if (end === start || bytes[end - 1] !== 0) return -1;
+  // The last boundary inside the properties: its sector reaches past them.
+  let at = end - 1 - (base + end - 1) % TORN_SECTOR_BYTES;
+  if (at < start) return -1;
+  for (let i = at, sectorEnd = Math.min(at + TORN_SECTOR_BYTES, bytes.length); i < sectorEnd; i++) {
+    if (bytes[i] !== 0) return -1;
   }
-  return -1;
+  // Earlier sectors of the properties lost with it, whole.
+  while (at - TORN_SECTOR_BYTES >= start && zeros(bytes, at - TORN_SECTOR_BYTES, at)) {
+    at -= TORN_SECTOR_BYTES;
+  }
+  return at;
+}
+
+function zeros(bytes: Uint8Array, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (bytes[i] !== 0) return false;
+  return true;
 }
 
 /**
@@ -307,6 +330,7 @@ export async function scanCommitLog(
   };
   const walkUnverified = options.walkUnverified ?? true;
   const trustedOffset = options.trustedOffset ?? -1;
+  const tornTails = options.tornTails ?? false;
   for (let index = 0; index < files.length; index++) {
     const file = files[index]!;
     const size = file.fileSizeBytes;
@@ -337,8 +361,8 @@ export async function scanCommitLog(
           }
           trustedEnd = 0;
         }
-        if (view.kind === "message" && view === verifying.view) {
-          const torn = tornSectorOf(bytes, view, window.base);
+        if (tornTails && view.kind === "message" && view === verifying.view) {
+          const torn = tornTailOf(bytes, view, window.base);
           if (torn >= 0) {
             view.kind = "invalid";
             view.reason = "PROPERTIES_MALFORMED";

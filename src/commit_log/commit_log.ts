@@ -608,6 +608,7 @@ export class CommitLog {
       walkUnverified: options.tableFromConsumeQueues !== true,
       trustedOffset: clean ? -1 : checkpoint.commitLogOffset,
       checkCrc: this.#options.checkCRCOnRecover,
+      tornTails: !clean,
       table: this.topicQueueTable,
       // A read-only open zeroes nothing: the stale bytes past the cut are
       // the next writer's to find.

@@ -18,8 +18,9 @@ export const END_OF_FILE_RESERVE_BYTES: number = BLANK_RECORD_SIZE_BYTES;
 /**
  * The unit a disk writes whole, as recovery assumes it (512 bytes, the
  * smallest sector): a write cut short by a power loss leaves whole sectors
- * unwritten, so recovery looks for a sector of zeros inside a record's
- * properties (`tornSectorOf`). A page lost whole is 8 such sectors.
+ * unwritten, so after a crash recovery looks for properties whose tail
+ * reads as zeros from a sector boundary on (`tornTailOf`). A page lost
+ * whole is 8 such sectors.
  */
 export const TORN_SECTOR_BYTES = 0x200;
 
