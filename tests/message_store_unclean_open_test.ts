@@ -601,7 +601,7 @@ describe("MessageStore unclean open: the checkpoint after a cut", () => {
   for (const { name, keepLogPoint } of cases) {
     test(`MessageStore.open() after a crash that cut the log lowers ${name} before the first put`, async () => {
       const env = await openStore();
-      const i = await putUntil(env.store, 2.5 * SEGMENT_BYTES, 0);
+      await putUntil(env.store, 2.5 * SEGMENT_BYTES, 0);
       const checkpointed = await checkpointNow(env);
       const path = `${env.directory}/checkpoint`;
       const loaded = await StoreCheckpoint.load(env.port, path);
