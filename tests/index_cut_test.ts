@@ -437,35 +437,3 @@ describe("MessageStore.open() after a power loss under ASYNC_FLUSH", () => {
     }
   });
 });
-
-describe("MessageStore.open() of a log cut short, the index past it", () => {
-  test("MessageStore.open() after a clean close cuts the index back to a log that a damaged record ends", async () => {
-    const env = await openMemoryStore();
-    const offsets = await putKeyed(env.store, 0, 80);
-    await env.store.whenDispatched(env.store.maxOffset);
-    await env.store.close();
-    // A record damaged on disk (a flipped body byte): the clean open's
-    // verification ends the log there, below the index files' end.
-    const damaged = 60;
-    const segment = `${env.directory}/commitlog/${"0".repeat(20)}`;
-    const file = await env.port.openFile(segment);
-    await file.write(new Uint8Array([0xFF, 0xFF, 0xFF, 0xFF]), offsets[damaged]! + 0x80);
-    await file.datasync();
-    await file.close();
-    const again = await env.reopen();
-    try {
-      assert.equal(again.recovery.clean, true);
-      assert.equal(again.recovery.endKind, "invalid");
-      assert.equal(again.maxOffset, offsets[damaged]);
-      // The keys of the records kept are found; those of the records
-      // written next, over the lost ones' offsets, are indexed too.
-      await assertKeysFound(again, offsets.slice(0, damaged));
-      const next = await putKeyed(again, 1000, 15);
-      assert.ok(next[next.length - 1]! < offsets[offsets.length - 1]!);
-      await again.whenDispatched(again.maxOffset);
-      await assertKeysFound(again, next, 1000);
-    } finally {
-      await again.close();
-    }
-  });
-});

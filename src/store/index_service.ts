@@ -249,12 +249,6 @@ export class IndexService {
    * @param indexMsgTimestamp The checkpoint's indexMsgTimestamp.
    * @param indexOffset The checkpoint's index offset: every key of a
    *   record before it is durable (-1: unknown, a RocketMQ checkpoint).
-   * @param logEndOffset Where the recovered commit log ends (-1: unknown):
-   *   files are cut back to it too, whatever the exit. Entries past it
-   *   name records that are gone, and a last file ending past it would
-   *   make the index skip the keys of the records written there next (a
-   *   clean open that cut a damaged log, the first crashed open of a
-   *   RocketMQ store).
    * @returns What was dropped and cut (also {@link loadReport}): recovery
    *   re-dispatches from the checkpoint's index point, or from where the
    *   dropped files began when that is earlier.
@@ -264,7 +258,6 @@ export class IndexService {
     lastExitOK: boolean,
     indexMsgTimestamp: number,
     indexOffset = -1,
-    logEndOffset = -1,
   ): Promise<IndexLoadReport> {
     this.#checkOpen();
     if (this.#files.length > 0) {
@@ -288,9 +281,8 @@ export class IndexService {
     // endPhyOffset of the file before, in name (creation) order: a file
     // put in use after it holds entries from there on.
     let previousEnd: number | undefined;
-    // Where the checkpoint has files cut back to (-1: none; they are
-    // dropped by their time instead).
-    const checkpointCut = !lastExitOK && !this.#readOnly && indexOffset >= 0 ? indexOffset : -1;
+    // Where files are cut back to (-1: no cut).
+    const cutTo = !lastExitOK && !this.#readOnly && indexOffset >= 0 ? indexOffset : -1;
     let cutFiles = 0;
     let cutEntries = 0;
     try {
@@ -313,7 +305,7 @@ export class IndexService {
         // A prepared file a crash caught between its rename and the flush
         // of its first header: no entry of it is durable. With a point to
         // cut back to, the others are decided below, once all are open.
-        const stale = !lastExitOK && file.endTimestamp > indexMsgTimestamp && checkpointCut < 0;
+        const stale = !lastExitOK && file.endTimestamp > indexMsgTimestamp && cutTo < 0;
         if (file.isPreparedMark || stale) {
           // A header that made it to disk has the begin of its time (the
           // previous file's end, then the first entry's offset). One still
@@ -335,21 +327,6 @@ export class IndexService {
         previousEnd = file.endPhyOffset;
         this.#files.push(file);
       }
-      // Where files are cut back to (-1: no cut): the checkpoint's point,
-      // or the log's end when the last entry names a record at or past it.
-      let cutTo = checkpointCut;
-      let cutTimestamp = indexMsgTimestamp;
-      const last = this.#files[this.#files.length - 1];
-      if (
-        !this.#readOnly && logEndOffset >= 0 && last !== undefined && last.indexCount > 1 &&
-        last.endPhyOffset >= logEndOffset
-      ) {
-        if (cutTo < 0 || logEndOffset < cutTo) {
-          cutTo = logEndOffset;
-          // The time of the last record kept is not known here.
-          cutTimestamp = 0;
-        }
-      }
       if (cutTo >= 0) {
         // Files before the last one whose end is before the point were
         // full and durable when the checkpoint was written (a roll's
@@ -364,7 +341,7 @@ export class IndexService {
         this.#files = files.slice(0, Math.max(from, 0));
         previousEnd = this.#files[this.#files.length - 1]?.endPhyOffset;
         for (const file of files.slice(Math.max(from, 0))) {
-          const removed = file.cutBefore(cutTo, cutTimestamp);
+          const removed = file.cutBefore(cutTo, indexMsgTimestamp);
           if (removed >= 0 && file.indexCount > 1) {
             if (removed > 0) {
               // Durable before re-dispatch writes past the cut again.

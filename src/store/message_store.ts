@@ -515,7 +515,7 @@ export class MessageStore {
         const cutTo = checkpoint.indexOffset >= 0
           ? Math.min(checkpoint.indexOffset, endOffset)
           : checkpoint.indexOffset;
-        await index.load(clean, checkpoint.indexMsgTimestamp, cutTo, endOffset);
+        await index.load(clean, checkpoint.indexMsgTimestamp, cutTo);
       }
       const start = await recoveryStart({
         clean,
