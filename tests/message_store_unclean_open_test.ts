@@ -461,6 +461,14 @@ async function putUntilPlaced(
   throw new Error("no record landed as asked");
 }
 
+/** A store with a few messages, checkpointed at its end; `before` messages were put. */
+async function checkpointedStore(): Promise<{ env: MemoryStoreEnv; before: number }> {
+  const env = await openStore();
+  const before = await putUntil(env.store, 0x3000, 0);
+  await checkpointNow(env);
+  return { env, before };
+}
+
 /** The value of property P of the last message of queue `queueId`. */
 async function lastValue(store: MessageStore, queueId: number): Promise<string | undefined> {
   const page = await store.getMessages(
@@ -475,9 +483,7 @@ async function lastValue(store: MessageStore, queueId: number): Promise<string |
 describe("MessageStore unclean open: torn tails", () => {
   for (const [unitName, unit] of [["page", PAGE_BYTES], ["sector", SECTOR_BYTES]] as const) {
     test(`MessageStore.open() after a crash cuts a record whose properties lost their last ${unitName}`, async () => {
-      const env = await openStore();
-      const before = await putUntil(env.store, 0x3000, 0);
-      await checkpointNow(env);
+      const { env, before } = await checkpointedStore();
       // A boundary inside the value, past its first character: the
       // properties read as well-formed with everything after it lost.
       const victim = await putUntilPlaced(env.store, before, "v".repeat(600), (r) => {
@@ -521,9 +527,7 @@ describe("MessageStore unclean open: torn tails", () => {
   ];
   for (const { name, value, placed } of keptCases) {
     test(`MessageStore.open() after a crash keeps ${name}`, async () => {
-      const env = await openStore();
-      const before = await putUntil(env.store, 0x3000, 0);
-      await checkpointNow(env);
+      const { env, before } = await checkpointedStore();
       const last = await putUntilPlaced(env.store, before, value, placed);
       await settle();
       env.port.crash();
@@ -545,13 +549,11 @@ describe("MessageStore unclean open: torn tails", () => {
   const nulCases = [
     { name: "a last record", crash: false, after: 0 },
     { name: "a record followed by others", crash: false, after: 2 },
-    { name: "a record followed by others, after a crash", crash: true, after: 2 },
+    { name: "a record followed by others", crash: true, after: 2 },
   ];
   for (const { name, crash, after } of nulCases) {
     test(`MessageStore.open() ${crash ? "after a crash" : "after a close"} keeps ${name} whose value ends in NULs across a sector boundary`, async () => {
-      const env = await openStore();
-      const before = await putUntil(env.store, 0x3000, 0);
-      await checkpointNow(env);
+      const { env, before } = await checkpointedStore();
       const value = "z" + "\u0000".repeat(600);
       const nuls = await putUntilPlaced(
         env.store,

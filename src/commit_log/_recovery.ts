@@ -291,10 +291,7 @@ export function tornTailOf(bytes: Uint8Array, view: RecordView, base: number): n
   if (end === start || bytes[end - 1] !== 0) return -1;
   // The last boundary inside the properties: its sector reaches past them.
   let at = end - 1 - (base + end - 1) % TORN_SECTOR_BYTES;
-  if (at < start) return -1;
-  for (let i = at, sectorEnd = Math.min(at + TORN_SECTOR_BYTES, bytes.length); i < sectorEnd; i++) {
-    if (bytes[i] !== 0) return -1;
-  }
+  if (at < start || !zeros(bytes, at, Math.min(at + TORN_SECTOR_BYTES, bytes.length))) return -1;
   // Earlier sectors of the properties lost with it, whole.
   while (at - TORN_SECTOR_BYTES >= start && zeros(bytes, at - TORN_SECTOR_BYTES, at)) {
     at -= TORN_SECTOR_BYTES;
@@ -302,6 +299,7 @@ export function tornTailOf(bytes: Uint8Array, view: RecordView, base: number): n
   return at;
 }
 
+/** Whether `bytes[from, to)` are all zero. */
 function zeros(bytes: Uint8Array, from: number, to: number): boolean {
   for (let i = from; i < to; i++) if (bytes[i] !== 0) return false;
   return true;
