@@ -32,9 +32,10 @@
  * The runtimes take turns, and the order of the runs (and of the cases in
  * a turn run) is reversed every other repeat, so no store always runs
  * first or last (memory left idle refills several times slower on this
- * VM). Each throughput case is timed after two untimed runs of its full
- * size, each on a fresh store (`THROUGHPUT_WARMUP_RUNS`), the same for
- * every store; the other cases after a tenth of their size (in a turn
+ * VM). Each throughput case is timed after untimed runs of its full
+ * size, each on a fresh store: two (`THROUGHPUT_WARMUP_RUNS`), then more
+ * until 1.5 s of them passed (`THROUGHPUT_WARMUP_MS`, see `warmUp`), the
+ * same rule for every store; the other cases after a tenth of their size (in a turn
  * run, each store puts for a tenth of its duration into the very store
  * it is then timed on, one after the other, before the turns). The
  * report gives medians and the spread (min–max) over the repeats.
@@ -72,7 +73,9 @@ import {
   QUICK_SIZING,
   runsOfRepeat,
   selectCases,
+  THROUGHPUT_WARMUP_MS,
   THROUGHPUT_WARMUP_RUNS,
+  THROUGHPUT_WARMUP_RUNS_MAX,
 } from "../bench/compare/workloads.ts";
 import { PUT_DEADLINE_MS, SLICE_MS } from "../bench/compare/_turns.ts";
 import { readFlags } from "../bench/_harness.ts";
@@ -394,7 +397,9 @@ function main(): void {
     `- **1-producer sync cells are measured in turns.** For each payload size, every store and the 4 KiB write + fdatasync limit are opened in one worker process, each warmed up on the very store (or file) it is then timed on (untimed, one after the other), then they take turns of ${SLICE_MS} ms until each has had ${sizing.durableMs} ms. The rounds follow the rows of a balanced (Williams) Latin square, so each store's turn follows every other store's about equally often (exactly, within a cycle of rows; a store's background flushes can fall in the next turn), and an untimed yield to the event loop before each turn (a zero timer, then an immediate) lets the last store's due timers run outside the next store's turn (work on the runtime's thread pool can still overlap it). A store's acks/s is its acks over its own turn time, and its latencies come from its turns only; a put that does not settle within ${
       PUT_DEADLINE_MS / 1000
     } s fails its store alone. Why: this VM's fdatasync latency moves 2–3× from minute to minute, and stores timed one after the other drew different minutes: in a run on 2026-12-02 with separate workers, Node 1 KiB, mqstore made 1.8 k acks/s (1.6–5.6 k over 3 repeats) against SQLite's 4.2 k (1.7–4.8 k); in turns, 3 repeats, mqstore ÷ SQLite was 1.07–1.13×. Repeats, medians and spreads are as for every other case; the limit's × is read from the same turns.`,
-    `- Every other case runs on a fresh directory, in a worker process of its own: nothing a case leaves in the runtime (heap sizes, the engine's allocation decisions) reaches the next. Each throughput case is timed after ${THROUGHPUT_WARMUP_RUNS} untimed runs of its full size, each on a fresh store (the same for every store: before that, mqstore's JavaScript put path had not reached its steady speed); the other cases after a warm-up of a tenth of their size. Runtimes take turns and the order of the runs (and of the stores in a turn run) is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.`,
+    `- Every other case runs on a fresh directory, in a worker process of its own: nothing a case leaves in the runtime (heap sizes, the engine's allocation decisions) reaches the next. Each throughput case is timed after untimed runs of its full size, each on a fresh store: at least ${THROUGHPUT_WARMUP_RUNS}, then more until ${
+      THROUGHPUT_WARMUP_MS / 1000
+    } s of them passed (at most ${THROUGHPUT_WARMUP_RUNS_MAX}; the same rule for every store: before that, mqstore's JavaScript put path had not reached its steady speed, on Node not before its fourth to sixth run); the other cases after a warm-up of a tenth of their size. Runtimes take turns and the order of the runs (and of the stores in a turn run) is reversed every other repeat. Figures are medians over the repeats, with the spread (min–max). × limit is the median over the limit's; × best peer is over the fastest store other than mqstore on the same runtime and workload.`,
     "- SQLite's drivers are synchronous, so it has no 64-producer row (producers on one thread would only take turns). `mqstore-batch` sends each 1000 records as one `putMessages()` batch; `mqstore` issues 1000 `putMessage()` calls and awaits them together.",
     "- Other processes on this VM may have run meanwhile: read the spread before the medians.",
     "",

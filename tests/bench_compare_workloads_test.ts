@@ -16,6 +16,10 @@ import {
   runsOfRepeat,
   selectCases,
   takesTurns,
+  THROUGHPUT_WARMUP_MS,
+  THROUGHPUT_WARMUP_RUNS,
+  THROUGHPUT_WARMUP_RUNS_MAX,
+  warmUp,
 } from "../bench/compare/workloads.ts";
 import { withTempDirectory } from "./_helpers.ts";
 import { FakeClock, FakeTimers } from "./_turn_fakes.ts";
@@ -177,6 +181,33 @@ describe("bench/compare/workloads", () => {
       shape(planRuns(selectCases(ALL, { filter: ["memcpy", "durable/mqstore/1/", "fsync"] }))),
     );
     assert.throws(() => runsOfRepeat(runs, -1), RangeError);
+  });
+
+  test("warmUp() runs a throughput case until its warm-up time passed, within its run bounds, and any other case once", async () => {
+    const throughput = ALL.find((spec) => spec.id === "throughput/mqstore-batch/128")!;
+    const durable = ALL.find((spec) =>
+      spec.kind === "durable" && spec.producers === MANY_PRODUCERS
+    )!;
+    const warmed = async (spec: CaseSpec, runMs: number) => {
+      let now = 0;
+      const ids: string[] = [];
+      const runs = await warmUp(spec, (warm) => {
+        ids.push(warm.id);
+        now += runMs;
+        return Promise.resolve();
+      }, () => now);
+      assert.equal(runs, ids.length);
+      return ids;
+    };
+    // Short runs: as many as the warm-up time takes.
+    const short = await warmed(throughput, 200);
+    assert.equal(short.length, Math.ceil(THROUGHPUT_WARMUP_MS / 200));
+    assert.deepEqual(short, short.map((_, i) => `${throughput.id}#warmup${i + 1}`));
+    // Long runs: the least; very short ones: the most.
+    assert.equal((await warmed(throughput, THROUGHPUT_WARMUP_MS)).length, THROUGHPUT_WARMUP_RUNS);
+    assert.equal((await warmed(throughput, 1)).length, THROUGHPUT_WARMUP_RUNS_MAX);
+    const once = await warmed(durable, 1);
+    assert.deepEqual(once, [`${durable.id}#warmup`]);
   });
 
   test("runCase() refuses the cases that take turns", async () => {

@@ -32,7 +32,7 @@ import {
   QUICK_SIZING,
   runCase,
   runInTurns,
-  warmupsOf,
+  warmUp,
 } from "./workloads.ts";
 
 /** What the orchestrator asks of one worker process. */
@@ -41,7 +41,7 @@ export interface WorkerConfig {
   runs: CaseRun[];
   /** Parent of the runs' directories. */
   directory: string;
-  /** Warm each case up first (`warmupsOf`). */
+  /** Warm each case up first (`warmUp`). */
   warmup: boolean;
 }
 
@@ -132,9 +132,7 @@ async function main(): Promise<void> {
       }
       for (const spec of cases) {
         try {
-          if (config.warmup) {
-            for (const warm of warmupsOf(spec)) await runCase(warm, directory);
-          }
+          if (config.warmup) await warmUp(spec, (warm) => runCase(warm, directory));
           report(await runCase(spec, directory));
         } catch (error) {
           failed(spec, error);

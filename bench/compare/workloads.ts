@@ -525,23 +525,80 @@ export async function runInTurns(
 }
 
 /**
- * Untimed full-size runs before a throughput case's timed run, each on a
- * fresh store like the timed one. Measured on this VM (5–8 runs of each
- * case in one process): lmdb, SQLite and LevelDB are within their noise
- * from the second run on; mqstore's JavaScript put path reaches its
- * steady user CPU a message only in the third (Deno and Bun: 500, 290,
- * then 155–190 ns a 128 B record), while its first run, JIT cold and into
- * never-touched memory, ran at a third to a half of the rate. The count is
- * the same for every store, so each is timed after the same records.
+ * Untimed full-size runs before a throughput case's timed run, at least:
+ * each on a fresh store like the timed one, and more until
+ * {@link THROUGHPUT_WARMUP_MS} passed (see {@link warmUp}). Measured on
+ * this VM (5–8 runs of each case in one process): lmdb, SQLite and
+ * LevelDB are within their noise from the second run on; mqstore's
+ * JavaScript put path reaches its steady user CPU a message only in the
+ * third on Deno and Bun (500, 290, then 155–190 ns a 128 B record), while
+ * its first run, JIT cold and into never-touched memory, ran at a third
+ * to a half of the rate.
  */
 export const THROUGHPUT_WARMUP_RUNS = 2;
 
 /**
- * The untimed runs that warm a case up before it is measured: for a
- * throughput case {@link THROUGHPUT_WARMUP_RUNS} runs of its full size;
- * for the others, as before, a tenth of the case (at least 100 ms): the
- * durable cases' warm-up was not measured again, and a full one would add
- * 2 s to each of them (4 min to a full comparison).
+ * Warm-up time a throughput case runs for, in full-size runs, before its
+ * timed run (at least {@link THROUGHPUT_WARMUP_RUNS} runs, at most
+ * {@link THROUGHPUT_WARMUP_RUNS_MAX}). Node 20 (V8 11.3, no Maglev) moves
+ * a function to optimized code after a number of its own bytecodes, so
+ * mqstore's per-batch functions (a call each 1000 records) reach it some
+ * runs after the per-record loops: `putMessages` of 1000 × 128 B, 600 k
+ * records a run, 6 processes of 8 runs each, medians by run: 2.24, 3.69,
+ * 4.05, 4.74, 4.79, 4.58, 5.09, 5.34 M/s (`--trace-opt` shows the
+ * per-batch functions optimized in runs 1 to 5; with
+ * `--interrupt-budget=8192`, a 16th of V8's, the third run's median over
+ * 4 processes was 4.81 M/s). A run of mqstore there takes 0.15–0.25 s
+ * with its store's open and close: 1.5 s is 6–10 runs; a peer's run of
+ * 0.6–1.5 s gets 2–3. In the comparison (`--filter
+ * throughput/mqstore-batch/128,memcpy/128 --repeats 5`, alternated with
+ * two warm-up runs): Node 2.95, 4.66, 4.48 against 3.43, 3.24, 3.57 M/s;
+ * Bun 7.69, 5.70 against 6.19, 4.60; Deno 4.57, 6.68, 6.44 against 6.73,
+ * 6.83, 6.06 (medians of 5). The same rule for every store: a server runs
+ * for longer than any of these.
+ */
+export const THROUGHPUT_WARMUP_MS = 1_500;
+
+/** The most untimed runs {@link warmUp} gives a throughput case. */
+export const THROUGHPUT_WARMUP_RUNS_MAX = 12;
+
+/**
+ * Runs a case's warm-up ({@link warmupsOf}) through `run`; a throughput
+ * case then runs on, a full-size run at a time, until
+ * {@link THROUGHPUT_WARMUP_MS} passed since the warm-up began or it ran
+ * {@link THROUGHPUT_WARMUP_RUNS_MAX} times.
+ *
+ * @param spec The case to warm up.
+ * @param run Runs one untimed case (as `runCase` does).
+ * @param nowMs The clock (`performance.now`).
+ * @returns How many untimed runs it made.
+ */
+export async function warmUp(
+  spec: CaseSpec,
+  run: (warm: CaseSpec) => Promise<unknown>,
+  nowMs: () => number = () => performance.now(),
+): Promise<number> {
+  const start = nowMs();
+  let runs = 0;
+  for (const warm of warmupsOf(spec)) {
+    await run(warm);
+    runs++;
+  }
+  if (spec.kind !== "throughput") return runs;
+  while (runs < THROUGHPUT_WARMUP_RUNS_MAX && nowMs() - start < THROUGHPUT_WARMUP_MS) {
+    runs++;
+    await run({ ...spec, id: `${spec.id}#warmup${runs}` });
+  }
+  return runs;
+}
+
+/**
+ * The untimed runs that warm a case up before it is measured, at the
+ * least (see {@link warmUp}): for a throughput case
+ * {@link THROUGHPUT_WARMUP_RUNS} runs of its full size; for the others, as
+ * before, a tenth of the case (at least 100 ms): the durable cases'
+ * warm-up was not measured again, and a full one would add 2 s to each of
+ * them (4 min to a full comparison).
  */
 export function warmupsOf(spec: CaseSpec): CaseSpec[] {
   if (spec.kind === "throughput") {
