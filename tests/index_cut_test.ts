@@ -254,6 +254,50 @@ describe("IndexService.load() cut", () => {
     await dropped.close();
   });
 
+  test("IndexService.load() drops every file after one it cannot cut, so re-dispatch can rebuild them all", async () => {
+    const port = new MemoryPort(runtimeName());
+    // 4 files of 40 entries, the checkpoint inside the second: the first
+    // (the last ending before the point) is checked too.
+    const index = await buildIndex(port, "/a", 120, 41);
+    const first = index.files[0]!;
+    const firstPath = first.path;
+    const firstCount = first.indexCount;
+    await index.close();
+    // A slot of the first file ahead of its count: the cut refuses it.
+    const view = new DataView(new ArrayBuffer(4));
+    view.setInt32(0, firstCount + 2);
+    await patch(
+      port,
+      firstPath,
+      INDEX_HEADER_SIZE_BYTES + 5 * HASH_SLOT_SIZE_BYTES,
+      new Uint8Array(view.buffer),
+    );
+    const options = { port, rootDirectory: "/a", maxHashSlotNum: SLOTS, maxIndexNum: 41 };
+    const cut = new IndexService(options);
+    const report = await cut.load(false, T0 + 300 * 39, 100 * 40);
+    // The second file, cut, would have kept the first's keys out of the
+    // index: a key goes in only past the last file's end.
+    assert.equal(report.droppedFiles, 4);
+    assert.equal(report.droppedFromOffset, 0);
+    assert.equal(cut.files.length, 0);
+    // Re-dispatch from there puts every key back, once.
+    for (let i = 0; i < 120; i++) {
+      await cut.buildIndex({
+        topic: TOPIC,
+        commitLogOffset: 100 * i,
+        storeTimestamp: T0 + 300 * i,
+        keys: keysOf(i),
+      });
+    }
+    for (let i = 0; i < 120; i++) {
+      for (const key of keysOf(i)) {
+        const found = cut.queryOffset(TOPIC, key, 64, 0, Number.MAX_SAFE_INTEGER).phyOffsets;
+        assert.equal(found.filter((offset) => offset === 100 * i).length, 1, `${key} of ${i}`);
+      }
+    }
+    await cut.close();
+  });
+
   test("IndexService.load() cuts nothing without the checkpoint's offset or read-only", async () => {
     const port = new MemoryPort(runtimeName());
     const index = await buildIndex(port, "/r", 60, 1024);

@@ -117,8 +117,9 @@ export interface IndexRequest {
 export interface IndexLoadReport {
   /**
    * Files that may have held entries and were deleted (left out when
-   * read-only): newer than the checkpoint after an unclean exit, or
-   * caught prepared by a crash. Re-dispatch rebuilds their entries.
+   * read-only): newer than the checkpoint after an unclean exit, caught
+   * prepared by a crash, failing the checks of a cut, or after one that
+   * failed them. Re-dispatch rebuilds their entries.
    */
   droppedFiles: number;
   /**
@@ -242,8 +243,10 @@ export class IndexService {
    * a file of up to 20 M entries made every restart after a kill replay
    * up to 20 M messages. A file left empty is deleted; one whose entries
    * or chains are not what in-order appends leave (pages a power loss did
-   * not write) is dropped as above. The cut files are flushed before the
-   * load returns.
+   * not write) is dropped as above, and so is every file after it: a key
+   * is only indexed past the last file's end, so a file kept after the
+   * hole would keep its keys out for good. The cut files are flushed
+   * before the load returns.
    *
    * @param lastExitOK Whether the last close was clean.
    * @param indexMsgTimestamp The checkpoint's indexMsgTimestamp.
@@ -340,8 +343,10 @@ export class IndexService {
         while (from > 0 && files[from]!.endPhyOffset >= cutTo) from--;
         this.#files = files.slice(0, Math.max(from, 0));
         previousEnd = this.#files[this.#files.length - 1]?.endPhyOffset;
+        // A file failed the checks: it and every later one are dropped.
+        let broken = false;
         for (const file of files.slice(Math.max(from, 0))) {
-          const removed = file.cutBefore(cutTo, indexMsgTimestamp);
+          const removed = broken ? -1 : file.cutBefore(cutTo, indexMsgTimestamp);
           if (removed >= 0 && file.indexCount > 1) {
             if (removed > 0) {
               // Durable before re-dispatch writes past the cut again.
@@ -354,13 +359,17 @@ export class IndexService {
             continue;
           }
           if (removed < 0) {
-            // Not as in-order appends leave it (a power loss kept some of
-            // its pages only): dropped, its entries rebuilt from its begin.
-            droppedFrom = Math.min(
-              droppedFrom,
-              file.beginPhyOffset,
-              previousEnd ?? Number.POSITIVE_INFINITY,
-            );
+            if (!broken) {
+              // Not as in-order appends leave it (a power loss kept some of
+              // its pages only): dropped, its entries rebuilt from its
+              // begin. The files after it begin later.
+              droppedFrom = Math.min(
+                droppedFrom,
+                file.beginPhyOffset,
+                previousEnd ?? Number.POSITIVE_INFINITY,
+              );
+            }
+            broken = true;
           } else {
             // No entry before the point: nothing of it to rebuild before.
             cutEntries += removed;
