@@ -10,12 +10,14 @@
  *                       first record is ≤ checkpoint min timestamp − 3 s
  * index:          clean: checkpoint.indexOffset, else as the queues
  *                 unclean: checkpoint.indexOffset (the load cut the files
- *                          back to it), or where the files the load had
- *                          to drop (newer than the checkpoint, not cut
- *                          for a chain a power loss broke) began when that
- *                          is earlier
+ *                          back to it)
  *                 unclean, no mqstore block: the last kept file's
  *                          endPhyOffset, else the first record
+ *                 whatever the exit: where the files the load had to
+ *                          drop began, when that is earlier (newer than
+ *                          the checkpoint; not cut, to the checkpoint's
+ *                          point or to the log's end, for a chain a power
+ *                          loss or damage broke; after one of those)
  * ```
  *
  * mqstore's own offsets are preferred to timestamps: a clock stepped back
@@ -64,7 +66,10 @@ export interface RecoveryStartInput {
 export interface RecoveryStart {
   /** First record to dispatch again. */
   fromOffset: number;
-  /** Records at or below this offset are in the index already (-1: none). */
+  /**
+   * Records at or below this offset are in the index already (-1: none);
+   * always below the log's end.
+   */
   indexSkipThrough: number;
 }
 
@@ -89,22 +94,28 @@ export async function recoveryStart(input: RecoveryStartInput): Promise<Recovery
   const index = input.index;
   if (index !== undefined) {
     const last = index.files[index.files.length - 1];
-    indexSkipThrough = last !== undefined && last.indexCount > 1 ? last.endPhyOffset : -1;
+    // Below the log's end: a record written at or past it is new. A
+    // writable load cut the files back to it; a read-only one kept them.
+    indexSkipThrough = last !== undefined && last.indexCount > 1
+      ? Math.min(last.endPhyOffset, endOffset - 1)
+      : -1;
     let indexStart: number;
-    if (input.clean) {
-      indexStart = checkpoint.indexOffset >= 0 ? checkpoint.indexOffset : consumeQueueStart;
-    } else if (checkpoint.indexOffset >= 0) {
-      // Every key before the checkpoint's point is in a kept file or in a
-      // dropped one: rebuild those from their beginning.
-      const droppedFrom = index.loadReport.droppedFromOffset;
-      indexStart = droppedFrom >= 0
-        ? Math.min(checkpoint.indexOffset, droppedFrom)
-        : checkpoint.indexOffset;
+    if (checkpoint.indexOffset >= 0) {
+      // Every key before the checkpoint's point is in a kept file (cut
+      // back to the point after a crash) or in a dropped one.
+      indexStart = checkpoint.indexOffset;
+    } else if (input.clean) {
+      indexStart = consumeQueueStart;
     } else {
       // A checkpoint without offsets (RocketMQ's): rebuild from the last
       // entry kept, or from the start when none is left.
       indexStart = indexSkipThrough >= 0 ? indexSkipThrough : minOffset;
     }
+    // The files the load dropped are rebuilt from their beginning,
+    // whatever the exit: a cut to the log's end drops one that fails its
+    // checks, and every file after it, after a clean exit too.
+    const droppedFrom = index.loadReport.droppedFromOffset;
+    if (droppedFrom >= 0) indexStart = Math.min(indexStart, droppedFrom);
     from = Math.min(from, clamp(indexStart));
   }
   return { fromOffset: from, indexSkipThrough };

@@ -124,15 +124,17 @@ export interface IndexLoadReport {
   droppedFiles: number;
   /**
    * No entry of a dropped file is for a record before this commit-log
-   * offset or the checkpoint's index point: the least beginPhyOffset of
-   * the dropped files' headers (or end of the file before one); -1 when
-   * only files caught prepared (which hold keys of records after the
-   * checkpoint's index point only), or none, were dropped.
+   * offset or the cut's point: the least beginPhyOffset of the dropped
+   * files' headers (or end of the file before one); -1 when only files
+   * caught prepared (which hold keys of records after the checkpoint's
+   * index point only), files left empty by a cut, or none, were dropped.
+   * Recovery re-dispatches from here at the latest, whatever the exit.
    */
   droppedFromOffset: number;
   /**
-   * Files cut back to the checkpoint's index point after an unclean exit
-   * (see {@link IndexService.load}) and kept.
+   * Files cut back to the checkpoint's index point after an unclean exit,
+   * or to the recovered log's end (see {@link IndexService.load}), and
+   * kept.
    */
   cutFiles: number;
   /** Entries those cuts removed (re-dispatch puts them back). */
@@ -248,10 +250,25 @@ export class IndexService {
    * hole would keep its keys out for good. The cut files are flushed
    * before the load returns.
    *
+   * Given where the recovered commit log ends, a writable load without
+   * the checkpoint's cut (a clean exit, or a crash with a RocketMQ
+   * checkpoint) cuts back to that end, the same way, the first file whose
+   * entries reach it and those after it: a clean open that cut a damaged
+   * log, or a power loss that took more of the log than of the index,
+   * leaves entries for records that are gone, and a last file ending at
+   * or past the log's end would keep the keys of the records written
+   * there next out of the index. The files before that one are not
+   * touched: they name records still in the log and were durable (a
+   * clean close or a roll flushed them), and a check they failed would
+   * drop keys that nothing rebuilds. A read-only load keeps every file as
+   * it is (readers check each offset's record and key).
+   *
    * @param lastExitOK Whether the last close was clean.
    * @param indexMsgTimestamp The checkpoint's indexMsgTimestamp.
    * @param indexOffset The checkpoint's index offset: every key of a
    *   record before it is durable (-1: unknown, a RocketMQ checkpoint).
+   * @param logEndOffset Where the recovered commit log ends (-1: unknown,
+   *   no cut to it).
    * @returns What was dropped and cut (also {@link loadReport}): recovery
    *   re-dispatches from the checkpoint's index point, or from where the
    *   dropped files began when that is earlier.
@@ -261,6 +278,7 @@ export class IndexService {
     lastExitOK: boolean,
     indexMsgTimestamp: number,
     indexOffset = -1,
+    logEndOffset = -1,
   ): Promise<IndexLoadReport> {
     this.#checkOpen();
     if (this.#files.length > 0) {
@@ -284,8 +302,9 @@ export class IndexService {
     // endPhyOffset of the file before, in name (creation) order: a file
     // put in use after it holds entries from there on.
     let previousEnd: number | undefined;
-    // Where files are cut back to (-1: no cut).
-    const cutTo = !lastExitOK && !this.#readOnly && indexOffset >= 0 ? indexOffset : -1;
+    // The checkpoint's point, which files are cut back to after an
+    // unclean exit (-1: none; they are dropped by their time instead).
+    const checkpointCut = !lastExitOK && !this.#readOnly && indexOffset >= 0 ? indexOffset : -1;
     let cutFiles = 0;
     let cutEntries = 0;
     try {
@@ -308,7 +327,7 @@ export class IndexService {
         // A prepared file a crash caught between its rename and the flush
         // of its first header: no entry of it is durable. With a point to
         // cut back to, the others are decided below, once all are open.
-        const stale = !lastExitOK && file.endTimestamp > indexMsgTimestamp && cutTo < 0;
+        const stale = !lastExitOK && file.endTimestamp > indexMsgTimestamp && checkpointCut < 0;
         if (file.isPreparedMark || stale) {
           // A header that made it to disk has the begin of its time (the
           // previous file's end, then the first entry's offset). One still
@@ -330,7 +349,15 @@ export class IndexService {
         previousEnd = file.endPhyOffset;
         this.#files.push(file);
       }
-      if (cutTo >= 0) {
+      // The first file cut, the offset its entries and those of the files
+      // after it are cut back to, and the time of the last record kept
+      // (0: unknown).
+      let cutFrom = this.#files.length;
+      let cutTo = -1;
+      let cutTimestampMs = 0;
+      if (checkpointCut >= 0) {
+        cutTo = logEndOffset >= 0 ? Math.min(checkpointCut, logEndOffset) : checkpointCut;
+        cutTimestampMs = indexMsgTimestamp;
         // Files before the last one whose end is before the point were
         // full and durable when the checkpoint was written (a roll's
         // flush, then every file's, precede it): untouched since. That one
@@ -338,46 +365,53 @@ export class IndexService {
         // header) and those after it may hold entries past the point, or
         // slots a torn write left ahead of the header: each is cut and its
         // chains checked.
-        const files = this.#files;
-        let from = files.length - 1;
-        while (from > 0 && files[from]!.endPhyOffset >= cutTo) from--;
-        this.#files = files.slice(0, Math.max(from, 0));
-        previousEnd = this.#files[this.#files.length - 1]?.endPhyOffset;
-        // A file failed the checks: it and every later one are dropped.
-        let broken = false;
-        for (const file of files.slice(Math.max(from, 0))) {
-          const removed = broken ? -1 : file.cutBefore(cutTo, indexMsgTimestamp);
-          if (removed >= 0 && file.indexCount > 1) {
-            if (removed > 0) {
-              // Durable before re-dispatch writes past the cut again.
-              await file.flush();
-              cutFiles++;
-              cutEntries += removed;
-            }
-            previousEnd = file.endPhyOffset;
-            this.#files.push(file);
-            continue;
-          }
-          if (removed < 0) {
-            if (!broken) {
-              // Not as in-order appends leave it (a power loss kept some of
-              // its pages only): dropped, its entries rebuilt from its
-              // begin. The files after it begin later.
-              droppedFrom = Math.min(
-                droppedFrom,
-                file.beginPhyOffset,
-                previousEnd ?? Number.POSITIVE_INFINITY,
-              );
-            }
-            broken = true;
-          } else {
-            // No entry before the point: nothing of it to rebuild before.
+        cutFrom = this.#files.length - 1;
+        while (cutFrom > 0 && this.#files[cutFrom]!.endPhyOffset >= cutTo) cutFrom--;
+        cutFrom = Math.max(cutFrom, 0);
+      } else if (!this.#readOnly && logEndOffset >= 0) {
+        // No checkpoint point (see the doc above): from the first file
+        // that reaches the log's end.
+        cutTo = logEndOffset;
+        const first = this.#files.findIndex((file) => reachesPast(file, logEndOffset));
+        if (first >= 0) cutFrom = first;
+      }
+      const files = this.#files;
+      this.#files = files.slice(0, cutFrom);
+      previousEnd = this.#files[this.#files.length - 1]?.endPhyOffset;
+      // A file failed the checks: it and every later one are dropped.
+      let broken = false;
+      for (const file of files.slice(cutFrom)) {
+        const removed = broken ? -1 : file.cutBefore(cutTo, cutTimestampMs);
+        if (removed >= 0 && file.indexCount > 1) {
+          if (removed > 0) {
+            // Durable before re-dispatch writes past the cut again.
+            await file.flush();
+            cutFiles++;
             cutEntries += removed;
           }
           previousEnd = file.endPhyOffset;
-          await this.#dropFile(file);
-          dropped++;
+          this.#files.push(file);
+          continue;
         }
+        if (removed < 0) {
+          if (!broken) {
+            // Not as in-order appends leave it (a power loss kept some of
+            // its pages only): dropped, its entries rebuilt from its begin.
+            // The files after it begin later.
+            droppedFrom = Math.min(
+              droppedFrom,
+              file.beginPhyOffset,
+              previousEnd ?? Number.POSITIVE_INFINITY,
+            );
+          }
+          broken = true;
+        } else {
+          // No entry before the point: nothing of it to rebuild before.
+          cutEntries += removed;
+        }
+        previousEnd = file.endPhyOffset;
+        await this.#dropFile(file);
+        dropped++;
       }
     } catch (error) {
       await this.#closeFiles();
@@ -849,6 +883,16 @@ export class IndexService {
   #checkOpen(): void {
     if (this.#closed) throw new MqStoreError("CLOSED", `The index ${this.directory} is closed`);
   }
+}
+
+/**
+ * Whether `file` names a record at or past `logEndOffset` (its end is its
+ * last entry's record), or, empty, has an end past it (inherited from the
+ * file before): the keys of a record written below a last file's end are
+ * not indexed.
+ */
+function reachesPast(file: IndexFile, logEndOffset: number): boolean {
+  return file.indexCount > 1 ? file.endPhyOffset >= logEndOffset : file.endPhyOffset > logEndOffset;
 }
 
 /** A load report of nothing dropped or cut. */

@@ -509,13 +509,14 @@ export class MessageStore {
         });
         // After the log's recovery: under ASYNC_FLUSH the checkpoint's
         // index point (what was dispatched) can be past the log a power
-        // loss left. Entries past the log's end would name records that
-        // are gone, and their file's end would make the dispatcher skip
-        // the new records written there.
+        // loss left, and a clean open cuts a damaged log's tail. Entries
+        // past the log's end would name records that are gone, and their
+        // file's end would make the dispatcher skip the new records
+        // written there: the load cuts them, whatever the exit.
         const cutTo = checkpoint.indexOffset >= 0
           ? Math.min(checkpoint.indexOffset, endOffset)
           : checkpoint.indexOffset;
-        await index.load(clean, checkpoint.indexMsgTimestamp, cutTo);
+        await index.load(clean, checkpoint.indexMsgTimestamp, cutTo, endOffset);
       }
       const start = await recoveryStart({
         clean,
