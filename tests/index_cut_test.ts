@@ -52,7 +52,7 @@ async function buildIndex(
     maxHashSlotNum: SLOTS,
     maxIndexNum: indexNum,
   });
-  await index.load(true, 0);
+  await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
   for (let i = 0; i < count; i++) {
     await index.buildIndex({
       topic: TOPIC,
@@ -101,12 +101,15 @@ function entryPosition(entryNo: number): number {
 async function loadDroppingTheFile(port: MemoryPort, root: string): Promise<IndexService> {
   const options = { port, rootDirectory: root, maxHashSlotNum: SLOTS, maxIndexNum: 1024 };
   const index = new IndexService(options);
-  assert.deepEqual(await index.load(false, T0 + 300 * 29, 3000), {
-    droppedFiles: 1,
-    droppedFromOffset: 0,
-    cutFiles: 0,
-    cutEntries: 0,
-  });
+  assert.deepEqual(
+    await index.load({ lastExitOK: false, indexMsgTimestamp: T0 + 300 * 29, indexOffset: 3000 }),
+    {
+      droppedFiles: 1,
+      droppedFromOffset: 0,
+      cutFiles: 0,
+      cutEntries: 0,
+    },
+  );
   return index;
 }
 
@@ -194,7 +197,11 @@ describe("IndexService.load() cut", () => {
     await index.close();
     const options = { port, rootDirectory: "/s", maxHashSlotNum: SLOTS, maxIndexNum: 41 };
     const cut = new IndexService(options);
-    const report = await cut.load(false, T0 + 300 * 39, 100 * 40);
+    const report = await cut.load({
+      lastExitOK: false,
+      indexMsgTimestamp: T0 + 300 * 39,
+      indexOffset: 100 * 40,
+    });
     assert.equal(report.droppedFromOffset, -1);
     assert.equal(report.droppedFiles, 2);
     assert.equal(report.cutFiles, 1);
@@ -274,7 +281,11 @@ describe("IndexService.load() cut", () => {
     );
     const options = { port, rootDirectory: "/a", maxHashSlotNum: SLOTS, maxIndexNum: 41 };
     const cut = new IndexService(options);
-    const report = await cut.load(false, T0 + 300 * 39, 100 * 40);
+    const report = await cut.load({
+      lastExitOK: false,
+      indexMsgTimestamp: T0 + 300 * 39,
+      indexOffset: 100 * 40,
+    });
     // The second file, cut, would have kept the first's keys out of the
     // index: a key goes in only past the last file's end.
     assert.equal(report.droppedFiles, 4);
@@ -304,16 +315,23 @@ describe("IndexService.load() cut", () => {
     await index.close();
     const options = { port, rootDirectory: "/r", maxHashSlotNum: SLOTS, maxIndexNum: 1024 };
     const readOnly = new IndexService({ ...options, readOnly: true });
-    assert.deepEqual(await readOnly.load(false, T0 + 300 * 29, 3000), {
-      droppedFiles: 1,
-      droppedFromOffset: 0,
-      cutFiles: 0,
-      cutEntries: 0,
-    });
+    assert.deepEqual(
+      await readOnly.load({
+        lastExitOK: false,
+        indexMsgTimestamp: T0 + 300 * 29,
+        indexOffset: 3000,
+      }),
+      {
+        droppedFiles: 1,
+        droppedFromOffset: 0,
+        cutFiles: 0,
+        cutEntries: 0,
+      },
+    );
     await readOnly.close();
     // A RocketMQ checkpoint (no offsets): dropped by its time, as RocketMQ.
     const rocketmq = new IndexService(options);
-    const report = await rocketmq.load(false, T0 + 300 * 29);
+    const report = await rocketmq.load({ lastExitOK: false, indexMsgTimestamp: T0 + 300 * 29 });
     assert.equal(report.droppedFiles, 1);
     assert.equal(report.cutFiles, 0);
     await rocketmq.close();

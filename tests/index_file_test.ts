@@ -99,7 +99,7 @@ for (const { adapter, skip } of cases) {
     test("buildIndex() rolls to a new file at maxIndexNum, the new file based on the last one", async () => {
       await withSegmentEnv(adapter, async (env) => {
         const index = serviceOf(env);
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         await put(index, 100, T0, "a", "b");
         await put(index, 200, T0 + 2500, "c", "a");
         await put(index, 300, T0 + 7000, "a");
@@ -134,7 +134,7 @@ for (const { adapter, skip } of cases) {
     test("unflushedEntryBytes counts the entries put since the last flush began, and a roll as Infinity", async () => {
       await withSegmentEnv(adapter, async (env) => {
         const index = serviceOf(env);
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         assert.equal(index.unflushedEntryBytes, 0);
         // The first file, made since the load: its entries.
         await put(index, 100, T0, "a", "b");
@@ -157,7 +157,7 @@ for (const { adapter, skip } of cases) {
     test("queryOffset() keeps to the time range, to the second", async () => {
       await withSegmentEnv(adapter, async (env) => {
         const index = serviceOf(env, { maxIndexNum: 64 });
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         for (let i = 0; i < 5; i++) await put(index, 100 * i, T0 + 5000 * i, "k");
         assert.deepEqual(offsetsOf(index, "k", T0 + 4000, T0 + 11_000), [200, 100]);
         assert.deepEqual(offsetsOf(index, "k", T0 + 20_000, ALL_TIME), [400]);
@@ -171,7 +171,7 @@ for (const { adapter, skip } of cases) {
     test("queryOffset() returns colliding keys' offsets too (hash match only, as RocketMQ)", async () => {
       await withSegmentEnv(adapter, async (env) => {
         const index = serviceOf(env, { maxIndexNum: 64 });
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         await put(index, 10, T0, "Aa");
         await put(index, 20, T0, "BB");
         await put(index, 30, T0, "other");
@@ -184,13 +184,13 @@ for (const { adapter, skip } of cases) {
     test("load() removes an empty index file left by a crash during its creation", async () => {
       await withSegmentEnv(adapter, async (env) => {
         let index = serviceOf(env);
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         await put(index, 100, T0, "k");
         await index.close();
         const empty = `${index.directory}/29991231235959999`;
         await env.port.writeFileAtomic(empty, new Uint8Array(0));
         index = serviceOf(env);
-        await index.load(false, T0 + 60_000);
+        await index.load({ lastExitOK: false, indexMsgTimestamp: T0 + 60_000 });
         assert.equal(index.files.length, 1);
         assert.deepEqual(offsetsOf(index, "k"), [100]);
         assert.equal(await env.port.stat(empty), undefined);
@@ -201,18 +201,18 @@ for (const { adapter, skip } of cases) {
     test("load() keeps every file after a clean exit and drops newer ones after a crash", async () => {
       await withSegmentEnv(adapter, async (env) => {
         let index = serviceOf(env);
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         for (let i = 0; i < 7; i++) await put(index, 100 * i, T0 + 1000 * i, `k${i}`);
         assert.equal(index.files.length, 3);
         const ends = index.files.map((f) => f.endTimestamp);
         await index.close();
         index = serviceOf(env);
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         assert.equal(index.files.length, 3);
         assert.deepEqual(offsetsOf(index, "k6"), [600]);
         await index.close();
         index = serviceOf(env, { clock: tickingClock(T0 + 60_000) });
-        await index.load(false, ends[0]!);
+        await index.load({ lastExitOK: false, indexMsgTimestamp: ends[0]! });
         assert.equal(index.files.length, 1);
         assert.deepEqual((await env.port.list(index.directory)).length, 1);
         // Re-dispatch rebuilds what was dropped.
@@ -226,7 +226,7 @@ for (const { adapter, skip } of cases) {
     test("deleteExpiredFile() drops old files below the commit log, never the last", async () => {
       await withSegmentEnv(adapter, async (env) => {
         const index = serviceOf(env);
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         for (let i = 0; i < 7; i++) await put(index, 100 * i, T0 + 1000 * i, `k${i}`);
         assert.equal(await index.deleteExpiredFile(250), 1);
         assert.equal(index.files.length, 2);
@@ -445,7 +445,7 @@ for (const { adapter, skip } of cases) {
     test("buildIndex() names files in creation order even within one millisecond", async () => {
       await withSegmentEnv(adapter, async (env) => {
         let index = serviceOf(env, { clock: { nowMs: () => T0 } });
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         for (let i = 0; i < 9; i++) await put(index, 100 * i, T0 + 1000 * i, `k${i}`);
         const names = index.files.map((f) => f.fileName);
         assert.equal(names.length, 3);
@@ -453,7 +453,7 @@ for (const { adapter, skip } of cases) {
         assert.equal(new Set(names).size, 3);
         await index.close();
         index = serviceOf(env);
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         assert.deepEqual(index.files.map((f) => f.endPhyOffset), [200, 500, 800]);
         await index.close();
       });
@@ -515,13 +515,13 @@ for (const { adapter, skip } of cases) {
       test("IndexFile keeps only flushed entries through a crash", async () => {
         await withSegmentEnv(adapter, async (env) => {
           const index = serviceOf(env, { maxIndexNum: 64 });
-          await index.load(true, 0);
+          await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
           await put(index, 100, T0, "a");
           assert.equal(await index.flush(), T0);
           await put(index, 200, T0 + 1000, "b");
           env.memory!.crash();
           const again = serviceOf(env, { maxIndexNum: 64 });
-          await again.load(true, 0);
+          await again.load({ lastExitOK: true, indexMsgTimestamp: 0 });
           assert.equal(again.files.length, 1);
           assert.equal(again.files[0]!.indexCount, 2);
           assert.deepEqual(offsetsOf(again, "a"), [100]);

@@ -19,6 +19,8 @@ import { createPort } from "../src/runtime/mod.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import {
   HASH_SLOT_SIZE_BYTES,
+  HEADER_BEGIN_PHY_OFFSET_POSITION,
+  HEADER_END_PHY_OFFSET_POSITION,
   INDEX_ENTRY_SIZE_BYTES,
   INDEX_HEADER_SIZE_BYTES,
 } from "../src/store/_index_file_constants.ts";
@@ -135,6 +137,40 @@ function indexBytes(directory: string): Map<string, Uint8Array> {
     files.set(name, new Uint8Array(fs.readFileSync(path.join(directory, "index", name))));
   }
   return files;
+}
+
+/** Writes `value` as a big-endian 64-bit field at `position` of `file`, durably. */
+function writeInt64At(file: string, position: number, value: bigint): void {
+  const bytes = new Uint8Array(8);
+  new DataView(bytes.buffer).setBigInt64(0, value);
+  writeAt(file, position, bytes);
+}
+
+/**
+ * Runs `body` with every way IndexService indexes a dispatched record
+ * throwing: an open that re-dispatches fails there, as one a kill or a
+ * power loss stops.
+ */
+async function withIndexingFailing(body: () => Promise<void>): Promise<void> {
+  const prototype = IndexService.prototype as unknown as Record<string, unknown>;
+  const names = [
+    "buildIndex",
+    "buildIndexNow",
+    "buildIndexHashes",
+    "buildIndexHashesNow",
+    "buildIndexRunNow",
+  ];
+  const saved = names.map((name) => [name, prototype[name]] as const);
+  for (const name of names) {
+    prototype[name] = () => {
+      throw new Error("indexing stopped (a simulated crash)");
+    };
+  }
+  try {
+    await body();
+  } finally {
+    for (const [name, method] of saved) prototype[name] = method;
+  }
 }
 
 /** The store of the multi-file cases: one damaged record, closed cleanly. */
@@ -291,6 +327,121 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
     });
   });
 
+  test("MessageStore.open() that fails before re-dispatch rebuilt a dropped file's keys leaves them to the next open", async () => {
+    await withTempDirectory(async (root) => {
+      const damaged = await damagedMultiFileStore(root);
+      const { directory, offsets } = damaged;
+      const names = indexFileNames(directory);
+      // As above: the second file refused, it and every later one dropped.
+      const zeros = new Uint8Array((INDEX_NUM - 15) * INDEX_ENTRY_SIZE_BYTES);
+      writeAt(path.join(directory, "index", names[1]!), entryPosition(15), zeros);
+      await withIndexingFailing(async () => {
+        await assert.rejects(MessageStore.open(directory, storeOptions(T0 + 60_000)));
+      });
+      // The files are gone: the checkpoint alone says where to start.
+      assert.deepEqual(indexFileNames(directory), names.slice(0, 1));
+      const again = await MessageStore.open(directory, storeOptions(T0 + 120_000));
+      try {
+        assert.equal(again.recovery.clean, false);
+        assert.equal(again.maxOffset, offsets[damaged.damaged]);
+        await assertKeysFound(again, offsets.slice(0, 30), 0);
+        const next = await putKeyed(again, 1000, 30);
+        await assertKeysFound(again, next, 1000);
+      } finally {
+        await again.close();
+      }
+    });
+  });
+
+  test("MessageStore.open() refuses a file whose header still ends past the log's end once cut", async () => {
+    await withTempDirectory(async (root) => {
+      const directory = path.join(root, "store");
+      const options = { ...storeOptions(), maxHashSlotNum: 64, maxIndexNum: 4096 };
+      const store = await MessageStore.open(directory, options);
+      let offsets: number[];
+      try {
+        offsets = await putKeyed(store, 0, 40);
+      } finally {
+        await store.close();
+      }
+      // A header end far past the log's (a damaged header): the cut finds
+      // no entry to remove, and kept, the file would skip every new key.
+      const [name] = indexFileNames(directory);
+      writeInt64At(path.join(directory, "index", name!), HEADER_END_PHY_OFFSET_POSITION, 1n << 40n);
+      const again = await MessageStore.open(directory, options);
+      try {
+        assert.equal(again.recovery.clean, true);
+        await assertKeysFound(again, offsets, 0);
+        const next = await putKeyed(again, 1000, 5);
+        await assertKeysFound(again, next, 1000);
+      } finally {
+        await again.close();
+      }
+    });
+  });
+
+  test("MessageStore.open() rebuilds a refused first file from the log's start, not from its header's begin", async () => {
+    await withTempDirectory(async (root) => {
+      const directory = path.join(root, "store");
+      const options = { ...storeOptions(), maxHashSlotNum: 64, maxIndexNum: 4096 };
+      const store = await MessageStore.open(directory, options);
+      let offsets: number[];
+      try {
+        offsets = await putKeyed(store, 0, 40);
+        assert.equal(store.indexFileCount, 1);
+      } finally {
+        await store.close();
+      }
+      damageRecord(directory, offsets[30]!);
+      // The only file: entries from message 20 on zeroed (the cut gives
+      // up), and a begin in its header past the log's end.
+      const file = path.join(directory, "index", indexFileNames(directory)[0]!);
+      const entriesAt = INDEX_HEADER_SIZE_BYTES + 64 * HASH_SLOT_SIZE_BYTES;
+      writeAt(
+        file,
+        entriesAt + 41 * INDEX_ENTRY_SIZE_BYTES,
+        new Uint8Array(40 * INDEX_ENTRY_SIZE_BYTES),
+      );
+      writeInt64At(file, HEADER_BEGIN_PHY_OFFSET_POSITION, 1n << 40n);
+      const again = await MessageStore.open(directory, {
+        ...options,
+        clock: new ManualClock(T0 + 60_000),
+      });
+      try {
+        assert.equal(again.maxOffset, offsets[30]);
+        await assertKeysFound(again, offsets.slice(0, 30), 0);
+      } finally {
+        await again.close();
+      }
+    });
+  });
+
+  test("MessageStore.open() after a clean close of an undamaged log leaves every index file as it was", async () => {
+    await withTempDirectory(async (root) => {
+      const directory = path.join(root, "store");
+      const store = await MessageStore.open(directory, storeOptions());
+      let offsets: number[];
+      try {
+        offsets = await putKeyed(store, 0, 100);
+      } finally {
+        await store.close();
+      }
+      const names = indexFileNames(directory);
+      assert.equal(names.length, 5);
+      const before = indexBytes(directory);
+      const again = await MessageStore.open(directory, storeOptions(T0 + 60_000));
+      try {
+        assert.equal(again.recovery.clean, true);
+        assert.deepEqual(indexFileNames(directory), names);
+        const after = indexBytes(directory);
+        for (const name of names) assert.deepEqual(after.get(name), before.get(name), name);
+        await assertKeysFound(again, offsets, 0);
+      } finally {
+        await again.close();
+      }
+    });
+  });
+
   test("MessageStore.open() read-only leaves every index file of a log cut short as it was", async () => {
     await withTempDirectory(async (root) => {
       const damaged = await damagedMultiFileStore(root);
@@ -330,7 +481,12 @@ describe("IndexService.load() with the log's end", () => {
       await empty.close();
       const index = new IndexService(options);
       try {
-        await index.load(true, T0, -1, 3000);
+        await index.load({
+          lastExitOK: true,
+          indexMsgTimestamp: T0,
+          indexOffset: -1,
+          logEndOffset: 3000,
+        });
         assert.equal(index.files.length, 0);
         await index.buildIndex({
           topic: TOPIC,

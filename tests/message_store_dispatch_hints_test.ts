@@ -294,7 +294,7 @@ async function openParts(hints: DispatchHints | undefined, indexed = true): Prom
       clock,
     })
     : undefined;
-  await index?.load(true, 0);
+  await index?.load({ lastExitOK: true, indexMsgTimestamp: 0 });
   const commitLog = new CommitLog({
     ...resolved,
     port,

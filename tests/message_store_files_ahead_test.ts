@@ -206,7 +206,7 @@ describe("MessageStore files made ahead", () => {
       clock: { nowMs: () => 1_700_000_000_000 },
     };
     const index = new IndexService(options);
-    await index.load(true, 0);
+    await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
     const hashes = Int32Array.of(javaHashCode("A#k"));
     for (let i = 0; i < 6; i++) await index.buildIndexHashes(hashes, 1, i * 100, 1_700_000_000_000);
     const prepared = await index.preparedFile;
@@ -222,7 +222,7 @@ describe("MessageStore files made ahead", () => {
     port.crash();
     for (const lastExitOK of [true, false]) {
       const again = new IndexService(options);
-      await again.load(lastExitOK, Number.MAX_SAFE_INTEGER);
+      await again.load({ lastExitOK: lastExitOK, indexMsgTimestamp: Number.MAX_SAFE_INTEGER });
       try {
         assert.equal(again.files.length, 1);
         assert.deepEqual(
@@ -247,7 +247,7 @@ describe("MessageStore files made ahead", () => {
       maxIndexNum: INDEX_NUM,
       clock: { nowMs: () => nowMs++ },
     });
-    await index.load(true, 0);
+    await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
     try {
       // The first file is prepared on load.
       assert.equal((await index.preparedFile)?.isPrepared, true);

@@ -164,7 +164,7 @@ describe("IndexService load report", () => {
   async function twoFiles(port: MemoryPort, root: string) {
     const options = { port, rootDirectory: root, maxHashSlotNum: 8, maxIndexNum: 4 };
     const index = new IndexService(options);
-    await index.load(true, 0);
+    await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
     for (let i = 0; i < 5; i++) {
       await index.buildIndex({
         topic: TOPIC,
@@ -182,7 +182,7 @@ describe("IndexService load report", () => {
     const port = new MemoryPort(runtimeName());
     const options = await twoFiles(port, "/a");
     const kept = new IndexService(options);
-    const keptReport = await kept.load(false, T0 + 4_000);
+    const keptReport = await kept.load({ lastExitOK: false, indexMsgTimestamp: T0 + 4_000 });
     assert.deepEqual(keptReport, {
       droppedFiles: 0,
       droppedFromOffset: -1,
@@ -195,7 +195,7 @@ describe("IndexService load report", () => {
 
     const cut = new IndexService(options);
     // The dropped file's entries (300, 400) came after the kept one's end.
-    assert.deepEqual(await cut.load(false, T0 + 2_000), {
+    assert.deepEqual(await cut.load({ lastExitOK: false, indexMsgTimestamp: T0 + 2_000 }), {
       droppedFiles: 1,
       droppedFromOffset: 200,
       cutFiles: 0,
@@ -207,7 +207,7 @@ describe("IndexService load report", () => {
 
     // A clean load drops nothing, whatever the timestamp.
     const clean = new IndexService(options);
-    assert.deepEqual(await clean.load(true, 0), {
+    assert.deepEqual(await clean.load({ lastExitOK: true, indexMsgTimestamp: 0 }), {
       droppedFiles: 0,
       droppedFromOffset: -1,
       cutFiles: 0,
@@ -217,7 +217,7 @@ describe("IndexService load report", () => {
 
     // Both dropped: from the first one's first entry.
     const none = new IndexService(await twoFiles(port, "/b"));
-    assert.deepEqual(await none.load(false, T0 - 1), {
+    assert.deepEqual(await none.load({ lastExitOK: false, indexMsgTimestamp: T0 - 1 }), {
       droppedFiles: 2,
       droppedFromOffset: 0,
       cutFiles: 0,

@@ -328,7 +328,7 @@ describe("IndexService on the RocketMQ 4.9.8 corpora", () => {
         maxIndexNum: INDEX_NUM,
       });
       try {
-        await index.load(true, 0);
+        await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
         const expected = corpus("public").index();
         const entries = corpus("public").entries();
         assert.deepEqual(index.files.map((f) => f.fileName), expected.files.map((f) => f.file));
@@ -360,7 +360,7 @@ describe("IndexService on the RocketMQ 4.9.8 corpora", () => {
       clock: creationClock(expected.files.map((f) => utcMsOfName(f.file))),
     });
     try {
-      await index.load(true, 0);
+      await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
       await replayIndex(index, corpus("public").manifest());
       assert.equal(index.files.length, expected.files.length);
       // The third file is the last full one: its end goes to the checkpoint
@@ -405,7 +405,7 @@ describe("IndexService on the RocketMQ 4.9.8 corpora", () => {
       clock: creationClock([rebuiltAt]),
     });
     try {
-      await index.load(false, checkpoint.indexMsgTimestamp);
+      await index.load({ lastExitOK: false, indexMsgTimestamp: checkpoint.indexMsgTimestamp });
       assert.deepEqual(
         index.files.map((f) => f.fileName),
         recovery.indexFilesAfterOpen.slice(0, 3),

@@ -13,11 +13,10 @@
  *                          back to it)
  *                 unclean, no mqstore block: the last kept file's
  *                          endPhyOffset, else the first record
- *                 whatever the exit: where the files the load had to
- *                          drop began, when that is earlier (newer than
- *                          the checkpoint; not cut, to the checkpoint's
- *                          point or to the log's end, for a chain a power
- *                          loss or damage broke; after one of those)
+ *                 whatever the exit: where the files the load dropped
+ *                          began, when that is earlier (files newer than
+ *                          the checkpoint; a file whose cut found its
+ *                          chains broken, and every file after it)
  * ```
  *
  * mqstore's own offsets are preferred to timestamps: a clock stepped back

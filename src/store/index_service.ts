@@ -113,6 +113,39 @@ export interface IndexRequest {
   keys: readonly string[];
 }
 
+/** Options of {@link IndexService.load}. */
+export interface IndexLoadOptions {
+  /** Whether the last close was clean. */
+  lastExitOK: boolean;
+  /** The checkpoint's indexMsgTimestamp. */
+  indexMsgTimestamp: number;
+  /**
+   * The checkpoint's index offset: every key of a record before it is
+   * durable (-1: unknown, a RocketMQ checkpoint).
+   *
+   * @default {-1}
+   */
+  indexOffset?: number;
+  /**
+   * Where the recovered commit log ends (-1: unknown, no cut to it).
+   *
+   * @default {-1}
+   */
+  logEndOffset?: number;
+  /**
+   * Called, writable loads only, before the first file whose entries
+   * recovery must rebuild is deleted, with the offset they are rebuilt
+   * from ({@link IndexLoadReport.droppedFromOffset}): the store makes its
+   * checkpoint's index point at most that durable first. Deleted, the
+   * files no longer tell the next open where to start, and a crash (or a
+   * failed open) before re-dispatch rebuilt their keys would leave them
+   * out for good.
+   *
+   * @default {undefined}
+   */
+  beforeDrop?: (droppedFromOffset: number) => Promise<void>;
+}
+
 /** What {@link IndexService.load} dropped. */
 export interface IndexLoadReport {
   /**
@@ -124,8 +157,10 @@ export interface IndexLoadReport {
   droppedFiles: number;
   /**
    * No entry of a dropped file is for a record before this commit-log
-   * offset or the cut's point: the least beginPhyOffset of the dropped
-   * files' headers (or end of the file before one); -1 when only files
+   * offset or the cut's point: the least beginPhyOffset of the headers
+   * of files dropped for their time (or end of the file before one), and
+   * for a file a cut refused the end of the file before it, or 0 (its
+   * header may be what is damaged); -1 when only files
    * caught prepared (which hold keys of records after the checkpoint's
    * index point only), files left empty by a cut, or none, were dropped.
    * Recovery re-dispatches from here at the latest, whatever the exit.
@@ -161,7 +196,7 @@ export interface QueryOffsetResult {
  *
  * const port = new MemoryPort("deno");
  * const index = new IndexService({ port, rootDirectory: "/store", maxHashSlotNum: 64, maxIndexNum: 256 });
- * await index.load(true, 0);
+ * await index.load({ lastExitOK: true, indexMsgTimestamp: 0 });
  * await index.buildIndex({ topic: "Orders", commitLogOffset: 0, storeTimestamp: Date.now(), keys: ["order-1"] });
  * console.log(index.queryOffset("Orders", "order-1", 64, 0, Number.MAX_SAFE_INTEGER).phyOffsets); // [0]
  * await index.close();
@@ -263,23 +298,22 @@ export class IndexService {
    * drop keys that nothing rebuilds. A read-only load keeps every file as
    * it is (readers check each offset's record and key).
    *
-   * @param lastExitOK Whether the last close was clean.
-   * @param indexMsgTimestamp The checkpoint's indexMsgTimestamp.
-   * @param indexOffset The checkpoint's index offset: every key of a
-   *   record before it is durable (-1: unknown, a RocketMQ checkpoint).
-   * @param logEndOffset Where the recovered commit log ends (-1: unknown,
-   *   no cut to it).
+   * A file is kept only if, cut, it ends before the point: one whose
+   * header still says otherwise (a damaged header the cut found nothing
+   * to remove after) is refused like one whose chains fail. The files
+   * are deleted once all are decided, after `beforeDrop` when recovery
+   * must rebuild some of their entries, and the directory is synced.
+   *
+   * @param options What the checkpoint and the log's recovery say.
    * @returns What was dropped and cut (also {@link loadReport}): recovery
    *   re-dispatches from the checkpoint's index point, or from where the
    *   dropped files began when that is earlier.
    * @throws {MqStoreError} `INVALID_FILE` for a file of another size.
    */
-  async load(
-    lastExitOK: boolean,
-    indexMsgTimestamp: number,
-    indexOffset = -1,
-    logEndOffset = -1,
-  ): Promise<IndexLoadReport> {
+  async load(options: IndexLoadOptions): Promise<IndexLoadReport> {
+    const { lastExitOK, indexMsgTimestamp } = options;
+    const indexOffset = options.indexOffset ?? -1;
+    const logEndOffset = options.logEndOffset ?? -1;
     this.#checkOpen();
     if (this.#files.length > 0) {
       throw new MqStoreError("UNSUPPORTED", "The index is loaded already");
@@ -307,6 +341,8 @@ export class IndexService {
     const checkpointCut = !lastExitOK && !this.#readOnly && indexOffset >= 0 ? indexOffset : -1;
     let cutFiles = 0;
     let cutEntries = 0;
+    // Deleted once every file is decided (see beforeDrop).
+    const dropping: IndexFile[] = [];
     try {
       for (const name of names) {
         const path = `${this.directory}/${name}`;
@@ -342,8 +378,7 @@ export class IndexService {
             );
             previousEnd = file.endPhyOffset;
           }
-          await this.#dropFile(file);
-          dropped++;
+          dropping.push(file);
           continue;
         }
         previousEnd = file.endPhyOffset;
@@ -381,7 +416,10 @@ export class IndexService {
       // A file failed the checks: it and every later one are dropped.
       let broken = false;
       for (const file of files.slice(cutFrom)) {
-        const removed = broken ? -1 : file.cutBefore(cutTo, cutTimestampMs);
+        let removed = broken ? -1 : file.cutBefore(cutTo, cutTimestampMs);
+        // Cut, a file kept ends before the point, or new keys written
+        // there would be skipped as indexed already.
+        if (removed >= 0 && file.indexCount > 1 && file.endPhyOffset >= cutTo) removed = -1;
         if (removed >= 0 && file.indexCount > 1) {
           if (removed > 0) {
             // Durable before re-dispatch writes past the cut again.
@@ -396,13 +434,11 @@ export class IndexService {
         if (removed < 0) {
           if (!broken) {
             // Not as in-order appends leave it (a power loss kept some of
-            // its pages only): dropped, its entries rebuilt from its begin.
-            // The files after it begin later.
-            droppedFrom = Math.min(
-              droppedFrom,
-              file.beginPhyOffset,
-              previousEnd ?? Number.POSITIVE_INFINITY,
-            );
+            // its pages only): dropped, its entries rebuilt from the end
+            // of the file before (where it was put in use), or from the
+            // start: its own header may be what is damaged. The files
+            // after it begin later.
+            droppedFrom = Math.min(droppedFrom, previousEnd ?? 0);
           }
           broken = true;
         } else {
@@ -410,17 +446,26 @@ export class IndexService {
           cutEntries += removed;
         }
         previousEnd = file.endPhyOffset;
-        await this.#dropFile(file);
+        dropping.push(file);
+      }
+      if (!this.#readOnly && Number.isFinite(droppedFrom)) {
+        await options.beforeDrop?.(Math.max(droppedFrom, 0));
+      }
+      while (dropping.length > 0) {
+        await this.#dropFile(dropping.shift()!);
         dropped++;
       }
+      // Durably gone before anything moves the checkpoint past them.
+      await this.#syncDirectory();
     } catch (error) {
+      for (const file of dropping) await file.close();
       await this.#closeFiles();
       throw error;
     }
     this.#indexMsgTimestamp = indexMsgTimestamp;
     this.#loadReport = {
       droppedFiles: dropped,
-      droppedFromOffset: Number.isFinite(droppedFrom) ? droppedFrom : -1,
+      droppedFromOffset: Number.isFinite(droppedFrom) ? Math.max(droppedFrom, 0) : -1,
       cutFiles,
       cutEntries,
     };

@@ -513,10 +513,19 @@ export class MessageStore {
         // past the log's end would name records that are gone, and their
         // file's end would make the dispatcher skip the new records
         // written there: the load cuts them, whatever the exit.
-        const cutTo = checkpoint.indexOffset >= 0
-          ? Math.min(checkpoint.indexOffset, endOffset)
-          : checkpoint.indexOffset;
-        await index.load(clean, checkpoint.indexMsgTimestamp, cutTo, endOffset);
+        await index.load({
+          lastExitOK: clean,
+          indexMsgTimestamp: checkpoint.indexMsgTimestamp,
+          indexOffset: checkpoint.indexOffset,
+          logEndOffset: endOffset,
+          // A RocketMQ checkpoint (-1) needs nothing: its start is read
+          // from the files kept.
+          beforeDrop: async (droppedFromOffset) => {
+            if (checkpoint.indexOffset <= droppedFromOffset) return;
+            checkpoint.indexOffset = droppedFromOffset;
+            await checkpoint.flush();
+          },
+        });
       }
       const start = await recoveryStart({
         clean,
