@@ -438,3 +438,41 @@ export function killablePort(inner: RuntimePort): KillablePort {
     },
   };
 }
+
+/**
+ * Puts messages `from` … `from + count − 1` into `topic` (queue `i % 3`),
+ * each with the keys `key-<i>` and `shared-<i % 5>`; returns their
+ * offsets.
+ */
+export async function putKeyed(
+  store: MessageStore,
+  topic: string,
+  from: number,
+  count: number,
+): Promise<number[]> {
+  const offsets: number[] = [];
+  for (let i = from; i < from + count; i++) {
+    const r = await store.putMessage({
+      topic,
+      queueId: i % 3,
+      body: body(60 + (i % 7) * 20, i),
+      properties: { KEYS: `key-${i} shared-${i % 5}` },
+    });
+    assert.equal(r.status, "PUT_OK");
+    offsets.push(r.appendResult!.wroteOffset);
+  }
+  return offsets;
+}
+
+/** Checks that message `from + i`'s own key finds it in `topic`, once, at `offsets[i]`. */
+export async function assertKeysFound(
+  store: MessageStore,
+  topic: string,
+  offsets: readonly number[],
+  from = 0,
+): Promise<void> {
+  for (const [i, offset] of offsets.entries()) {
+    const found = await store.queryMessages(topic, `key-${from + i}`);
+    assert.deepEqual(found.messages.map((m) => m.physicalOffset), [offset], `key-${from + i}`);
+  }
+}

@@ -28,7 +28,13 @@ import { IndexService } from "../src/store/index_service.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { withTempDirectory } from "./_helpers.ts";
 import { prng } from "./_prng.ts";
-import { body, type MemoryStoreEnv, openMemoryStore, settle } from "./_store_helpers.ts";
+import {
+  assertKeysFound,
+  type MemoryStoreEnv,
+  openMemoryStore,
+  putKeyed,
+  settle,
+} from "./_store_helpers.ts";
 
 const TOPIC = "Cut";
 const T0 = 1_700_000_000_000;
@@ -249,14 +255,7 @@ describe("IndexService.load() cut", () => {
     await index.close();
     // Nothing past the point (the header as the checkpoint saw it), but
     // one slot names an entry the header does not count.
-    const view = new DataView(new ArrayBuffer(4));
-    view.setInt32(0, count + 2);
-    await patch(
-      port,
-      path,
-      INDEX_HEADER_SIZE_BYTES + 5 * HASH_SLOT_SIZE_BYTES,
-      new Uint8Array(view.buffer),
-    );
+    await putSlotAheadOfCount(port, path, count);
     const dropped = await loadDroppingTheFile(port, "/h");
     await dropped.close();
   });
@@ -271,14 +270,7 @@ describe("IndexService.load() cut", () => {
     const firstCount = first.indexCount;
     await index.close();
     // A slot of the first file ahead of its count: the cut refuses it.
-    const view = new DataView(new ArrayBuffer(4));
-    view.setInt32(0, firstCount + 2);
-    await patch(
-      port,
-      firstPath,
-      INDEX_HEADER_SIZE_BYTES + 5 * HASH_SLOT_SIZE_BYTES,
-      new Uint8Array(view.buffer),
-    );
+    await putSlotAheadOfCount(port, firstPath, firstCount);
     const options = { port, rootDirectory: "/a", maxHashSlotNum: SLOTS, maxIndexNum: 41 };
     const cut = new IndexService(options);
     const report = await cut.load({
@@ -338,32 +330,16 @@ describe("IndexService.load() cut", () => {
   });
 });
 
-/** Puts messages from … from + count − 1, each with key `key-<i>`; returns their offsets. */
-async function putKeyed(store: MessageStore, from: number, count: number): Promise<number[]> {
-  const offsets: number[] = [];
-  for (let i = from; i < from + count; i++) {
-    const r = await store.putMessage({
-      topic: TOPIC,
-      queueId: i % 3,
-      body: body(60 + (i % 7) * 20, i),
-      properties: { KEYS: `key-${i} shared-${i % 5}` },
-    });
-    assert.equal(r.status, "PUT_OK");
-    offsets.push(r.appendResult!.wroteOffset);
-  }
-  return offsets;
-}
-
-/** Checks every message's own key finds it, once, at its offset. */
-async function assertKeysFound(
-  store: MessageStore,
-  offsets: readonly number[],
-  from = 0,
-): Promise<void> {
-  for (const [i, offset] of offsets.entries()) {
-    const found = await store.queryMessages(TOPIC, `key-${from + i}`);
-    assert.deepEqual(found.messages.map((m) => m.physicalOffset), [offset], `key-${from + i}`);
-  }
+/** Makes slot 5 of the index file at `path` name entry `count + 2`, past the header's `count`. */
+async function putSlotAheadOfCount(port: MemoryPort, path: string, count: number): Promise<void> {
+  const view = new DataView(new ArrayBuffer(4));
+  view.setInt32(0, count + 2);
+  await patch(
+    port,
+    path,
+    INDEX_HEADER_SIZE_BYTES + 5 * HASH_SLOT_SIZE_BYTES,
+    new Uint8Array(view.buffer),
+  );
 }
 
 /** Fires a thorough consume-queue flush and waits (bounded) until the checkpoint file covers `offset`. */
@@ -403,10 +379,10 @@ describe("MessageStore.open() after a crash with keys", () => {
       let checkpoint: StoreCheckpoint;
       const offsets: number[] = [];
       try {
-        offsets.push(...await putKeyed(store, 0, 150));
+        offsets.push(...await putKeyed(store, TOPIC, 0, 150));
         const port = await createPort({ adapter: "portable" });
         checkpoint = await checkpointAt(port, directory, clock, store, store.maxOffset);
-        offsets.push(...await putKeyed(store, 150, 150));
+        offsets.push(...await putKeyed(store, TOPIC, 150, 150));
         await store.whenDispatched(store.maxOffset);
         await settle();
         // What a SIGKILL leaves: every file as the page cache holds it,
@@ -424,9 +400,9 @@ describe("MessageStore.open() after a crash with keys", () => {
         assert.equal(again.recovery.clean, false);
         assert.equal(again.recovery.dispatchedFrom, checkpoint.indexOffset);
         assert.equal(again.indexFileCount, 1);
-        await assertKeysFound(again, offsets);
-        offsets.push(...await putKeyed(again, 300, 10));
-        await assertKeysFound(again, offsets);
+        await assertKeysFound(again, TOPIC, offsets);
+        offsets.push(...await putKeyed(again, TOPIC, 300, 10));
+        await assertKeysFound(again, TOPIC, offsets);
       } finally {
         await again.close();
       }
@@ -442,9 +418,11 @@ describe("MessageStore.open() after a crash with keys", () => {
         maxHashSlotNum: 256,
         maxIndexNum: 2048,
       });
-      const offsets = await putKeyed(env.store, 0, 60 + Math.floor(random() * 60));
+      const offsets = await putKeyed(env.store, TOPIC, 0, 60 + Math.floor(random() * 60));
       await checkpointAt(env.port, env.directory, env.clock, env.store, env.store.maxOffset);
-      offsets.push(...await putKeyed(env.store, offsets.length, 20 + Math.floor(random() * 400)));
+      offsets.push(
+        ...await putKeyed(env.store, TOPIC, offsets.length, 20 + Math.floor(random() * 400)),
+      );
       await env.store.whenDispatched(env.store.maxOffset);
       await settle();
       // Some rounds keep few pages: chains the cut must refuse (dropped and rebuilt).
@@ -454,7 +432,7 @@ describe("MessageStore.open() after a crash with keys", () => {
       try {
         assert.equal(again.recovery.clean, false);
         // SYNC_FLUSH: every put was acknowledged durable.
-        await assertKeysFound(again, offsets);
+        await assertKeysFound(again, TOPIC, offsets);
       } finally {
         await again.close();
       }
@@ -472,7 +450,7 @@ describe("MessageStore.open() after a power loss under ASYNC_FLUSH", () => {
       flushCommitLogThoroughInterval: 3_600_000,
       flushConsumeQueueThoroughInterval: 0,
     });
-    const lost = await putKeyed(env.store, 0, 80);
+    const lost = await putKeyed(env.store, TOPIC, 0, 80);
     const checkpoint = await checkpointAt(
       env.port,
       env.directory,
@@ -490,10 +468,10 @@ describe("MessageStore.open() after a power loss under ASYNC_FLUSH", () => {
         `log end ${again.maxOffset}, index point ${checkpoint.indexOffset}`,
       );
       // The records written over the lost ones' offsets are indexed.
-      const offsets = await putKeyed(again, 1000, 80);
+      const offsets = await putKeyed(again, TOPIC, 1000, 80);
       assert.ok(offsets[0]! < lost[lost.length - 1]!);
       await again.whenDispatched(again.maxOffset);
-      await assertKeysFound(again, offsets, 1000);
+      await assertKeysFound(again, TOPIC, offsets, 1000);
     } finally {
       await again.close();
     }

@@ -36,7 +36,11 @@ import {
   readJsonLines,
 } from "./_corpus_helpers.ts";
 import { removeDirectory, withTempDirectory } from "./_helpers.ts";
-import { body } from "./_store_helpers.ts";
+import {
+  assertKeysFound as assertKeysIn,
+  body,
+  putKeyed as putKeyedInto,
+} from "./_store_helpers.ts";
 
 const TOPIC = "LogEnd";
 const T0 = 1_700_000_000_000;
@@ -60,33 +64,16 @@ function storeOptions(nowMs = T0): MessageStoreOptions {
   };
 }
 
-/** Puts messages from … from + count − 1, each with keys `key-<i>` and `shared-<i % 5>`; returns their offsets. */
+/** {@link putKeyedInto} into {@link TOPIC}, then waits until they are dispatched. */
 async function putKeyed(store: MessageStore, from: number, count: number): Promise<number[]> {
-  const offsets: number[] = [];
-  for (let i = from; i < from + count; i++) {
-    const r = await store.putMessage({
-      topic: TOPIC,
-      queueId: i % 3,
-      body: body(60 + (i % 7) * 20, i),
-      properties: { KEYS: `key-${i} shared-${i % 5}` },
-    });
-    assert.equal(r.status, "PUT_OK");
-    offsets.push(r.appendResult!.wroteOffset);
-  }
+  const offsets = await putKeyedInto(store, TOPIC, from, count);
   await store.whenDispatched(store.maxOffset);
   return offsets;
 }
 
-/** Checks that message `from + i`'s own key finds it, once, at `offsets[i]`. */
-async function assertKeysFound(
-  store: MessageStore,
-  offsets: readonly number[],
-  from: number,
-): Promise<void> {
-  for (const [i, offset] of offsets.entries()) {
-    const found = await store.queryMessages(TOPIC, `key-${from + i}`);
-    assert.deepEqual(found.messages.map((m) => m.physicalOffset), [offset], `key-${from + i}`);
-  }
+/** {@link assertKeysIn} for {@link TOPIC}. */
+function assertKeysFound(store: MessageStore, offsets: readonly number[], from: number) {
+  return assertKeysIn(store, TOPIC, offsets, from);
 }
 
 /** Checks that no message is found under the keys of messages from … from + count − 1. */
@@ -139,6 +126,15 @@ function indexBytes(directory: string): Map<string, Uint8Array> {
   return files;
 }
 
+/**
+ * Zeroes entries 15 … 40 of the second index file (messages 27 … 39), as
+ * a page lost on disk: a cut meets a zero entry and gives up.
+ */
+function loseSecondFileTail(directory: string, names: readonly string[]): void {
+  const zeros = new Uint8Array((INDEX_NUM - 15) * INDEX_ENTRY_SIZE_BYTES);
+  writeAt(path.join(directory, "index", names[1]!), entryPosition(15), zeros);
+}
+
 /** Writes `value` as a big-endian 64-bit field at `position` of `file`, durably. */
 function writeInt64At(file: string, position: number, value: bigint): void {
   const bytes = new Uint8Array(8);
@@ -170,6 +166,25 @@ async function withIndexingFailing(body: () => Promise<void>): Promise<void> {
     await body();
   } finally {
     for (const [name, method] of saved) prototype[name] = method;
+  }
+}
+
+/**
+ * Puts 40 messages into a store under `root` whose index is one file (64
+ * slots, 4096 entries) and closes it cleanly.
+ */
+async function singleFileStore(
+  root: string,
+): Promise<{ directory: string; options: MessageStoreOptions; offsets: number[] }> {
+  const directory = path.join(root, "store");
+  const options = { ...storeOptions(), maxHashSlotNum: 64, maxIndexNum: 4096 };
+  const store = await MessageStore.open(directory, options);
+  try {
+    const offsets = await putKeyed(store, 0, 40);
+    assert.equal(store.indexFileCount, 1);
+    return { directory, options, offsets };
+  } finally {
+    await store.close();
   }
 }
 
@@ -304,10 +319,7 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
       const damaged = await damagedMultiFileStore(root);
       const { directory, offsets } = damaged;
       const names = indexFileNames(directory);
-      // Entries 15 … 40 of the second file (messages 27 … 39) zeroed, as
-      // a page lost on disk: the cut meets a zero entry and gives up.
-      const zeros = new Uint8Array((INDEX_NUM - 15) * INDEX_ENTRY_SIZE_BYTES);
-      writeAt(path.join(directory, "index", names[1]!), entryPosition(15), zeros);
+      loseSecondFileTail(directory, names);
       const first = indexBytes(directory).get(names[0]!)!;
       const again = await reopenCut(damaged);
       try {
@@ -332,9 +344,8 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
       const damaged = await damagedMultiFileStore(root);
       const { directory, offsets } = damaged;
       const names = indexFileNames(directory);
-      // As above: the second file refused, it and every later one dropped.
-      const zeros = new Uint8Array((INDEX_NUM - 15) * INDEX_ENTRY_SIZE_BYTES);
-      writeAt(path.join(directory, "index", names[1]!), entryPosition(15), zeros);
+      // The second file refused, it and every later one dropped.
+      loseSecondFileTail(directory, names);
       await withIndexingFailing(async () => {
         await assert.rejects(MessageStore.open(directory, storeOptions(T0 + 60_000)));
       });
@@ -355,15 +366,7 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
 
   test("MessageStore.open() refuses a file whose header still ends past the log's end once cut", async () => {
     await withTempDirectory(async (root) => {
-      const directory = path.join(root, "store");
-      const options = { ...storeOptions(), maxHashSlotNum: 64, maxIndexNum: 4096 };
-      const store = await MessageStore.open(directory, options);
-      let offsets: number[];
-      try {
-        offsets = await putKeyed(store, 0, 40);
-      } finally {
-        await store.close();
-      }
+      const { directory, options, offsets } = await singleFileStore(root);
       // A header end far past the log's (a damaged header): the cut finds
       // no entry to remove, and kept, the file would skip every new key.
       const [name] = indexFileNames(directory);
@@ -382,16 +385,7 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
 
   test("MessageStore.open() rebuilds a refused first file from the log's start, not from its header's begin", async () => {
     await withTempDirectory(async (root) => {
-      const directory = path.join(root, "store");
-      const options = { ...storeOptions(), maxHashSlotNum: 64, maxIndexNum: 4096 };
-      const store = await MessageStore.open(directory, options);
-      let offsets: number[];
-      try {
-        offsets = await putKeyed(store, 0, 40);
-        assert.equal(store.indexFileCount, 1);
-      } finally {
-        await store.close();
-      }
+      const { directory, options, offsets } = await singleFileStore(root);
       damageRecord(directory, offsets[30]!);
       // The only file: entries from message 20 on zeroed (the cut gives
       // up), and a begin in its header past the log's end.
