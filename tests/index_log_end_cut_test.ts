@@ -15,6 +15,10 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { describe, test } from "node:test";
+import {
+  CHECKPOINT_EXTENSION_END,
+  CHECKPOINT_EXTENSION_POSITION,
+} from "../src/commit_log/constants.ts";
 import { createPort } from "../src/runtime/mod.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import {
@@ -363,6 +367,56 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
       }
     });
   });
+
+  for (const deletes of [1, 2]) {
+    test(`MessageStore.open() of a RocketMQ checkpoint stopped after ${deletes} of the dropped files' deletes loses no key`, async () => {
+      await withTempDirectory(async (root) => {
+        const directory = path.join(root, "store");
+        const store = await MessageStore.open(directory, storeOptions());
+        let offsets: number[];
+        try {
+          offsets = await putKeyed(store, 0, 100);
+        } finally {
+          await store.close();
+        }
+        const names = indexFileNames(directory);
+        assert.equal(names.length, 5);
+        // No mqstore block: the next open starts the index from the last
+        // file kept, and beforeDrop has no point to lower.
+        writeAt(
+          path.join(directory, "checkpoint"),
+          CHECKPOINT_EXTENSION_POSITION,
+          new Uint8Array(CHECKPOINT_EXTENSION_END - CHECKPOINT_EXTENSION_POSITION),
+        );
+        // The second file's header end far past the log's: refused, it
+        // and the three after it are dropped; the three are healthy.
+        writeInt64At(
+          path.join(directory, "index", names[1]!),
+          HEADER_END_PHY_OFFSET_POSITION,
+          1n << 40n,
+        );
+        const prototype = IndexFile.prototype as unknown as { destroy: () => Promise<void> };
+        const destroy = prototype.destroy;
+        let calls = 0;
+        prototype.destroy = function (this: IndexFile) {
+          if (++calls > deletes) return Promise.reject(new Error("stopped (a simulated crash)"));
+          return destroy.call(this);
+        };
+        try {
+          await assert.rejects(MessageStore.open(directory, storeOptions(T0 + 60_000)));
+        } finally {
+          prototype.destroy = destroy;
+        }
+        const again = await MessageStore.open(directory, storeOptions(T0 + 120_000));
+        try {
+          assert.equal(again.recovery.clean, false);
+          await assertKeysFound(again, offsets, 0);
+        } finally {
+          await again.close();
+        }
+      });
+    });
+  }
 
   test("MessageStore.open() refuses a file whose header still ends past the log's end once cut", async () => {
     await withTempDirectory(async (root) => {

@@ -133,9 +133,10 @@ export interface IndexLoadOptions {
    */
   logEndOffset?: number;
   /**
-   * Called, writable loads only, before the first file whose entries
-   * recovery must rebuild is deleted, with the offset they are rebuilt
-   * from ({@link IndexLoadReport.droppedFromOffset}): the store makes its
+   * Called, writable loads only, before any file is deleted when some of
+   * the files dropped hold entries recovery must rebuild, with the offset
+   * they are rebuilt from ({@link IndexLoadReport.droppedFromOffset}): the
+   * store makes its
    * checkpoint's index point at most that durable first. Deleted, the
    * files no longer tell the next open where to start, and a crash (or a
    * failed open) before re-dispatch rebuilt their keys would leave them
@@ -343,6 +344,8 @@ export class IndexService {
     let cutEntries = 0;
     // Deleted once every file is decided (see beforeDrop).
     const dropping: IndexFile[] = [];
+    // Every file opened: closed, whatever their state, if the load fails.
+    const opened: IndexFile[] = [];
     try {
       for (const name of names) {
         const path = `${this.directory}/${name}`;
@@ -360,6 +363,7 @@ export class IndexService {
           indexNum: this.indexNum,
           readOnly: this.#readOnly,
         });
+        opened.push(file);
         // A prepared file a crash caught between its rename and the flush
         // of its first header: no entry of it is durable. With a point to
         // cut back to, the others are decided below, once all are open.
@@ -451,15 +455,22 @@ export class IndexService {
       if (!this.#readOnly && Number.isFinite(droppedFrom)) {
         await options.beforeDrop?.(Math.max(droppedFrom, 0));
       }
+      // Newest first: a kill in between leaves the oldest dropped file,
+      // which the next load decides again. Oldest first, a RocketMQ
+      // checkpoint's next load (which starts from the last file kept)
+      // would keep a later, healthy file and start past the keys of the
+      // one deleted before it.
+      dropping.sort((a, b) => a.path < b.path ? -1 : a.path > b.path ? 1 : 0);
       while (dropping.length > 0) {
-        await this.#dropFile(dropping.shift()!);
+        await this.#dropFile(dropping.pop()!);
         dropped++;
       }
       // Durably gone before anything moves the checkpoint past them.
       await this.#syncDirectory();
     } catch (error) {
-      for (const file of dropping) await file.close();
-      await this.#closeFiles();
+      // Closing is idempotent: the files kept, dropped and not yet decided.
+      this.#files = [];
+      await Promise.allSettled(opened.map((file) => file.close()));
       throw error;
     }
     this.#indexMsgTimestamp = indexMsgTimestamp;
