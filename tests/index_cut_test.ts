@@ -15,7 +15,7 @@ import path from "node:path";
 import { describe, test } from "node:test";
 import { StoreCheckpoint } from "../src/commit_log/store_checkpoint.ts";
 import { createPort, MemoryPort } from "../src/runtime/mod.ts";
-import type { RuntimePort } from "../src/runtime/port.ts";
+import type { Mapping, RuntimePort } from "../src/runtime/port.ts";
 import { runtimeName } from "../src/runtime/info.ts";
 import { ManualClock } from "../src/segment/clock.ts";
 import {
@@ -28,6 +28,7 @@ import { IndexService } from "../src/store/index_service.ts";
 import { MessageStore } from "../src/store/message_store.ts";
 import { withTempDirectory } from "./_helpers.ts";
 import { prng } from "./_prng.ts";
+import { mappingsPort } from "./_segment_helpers.ts";
 import {
   assertKeysFound,
   type MemoryStoreEnv,
@@ -258,6 +259,51 @@ describe("IndexService.load() cut", () => {
     await putSlotAheadOfCount(port, path, count);
     const dropped = await loadDroppingTheFile(port, "/h");
     await dropped.close();
+  });
+
+  test("IndexService.load() closes each file it drops at once, so their views do not pile up before the deletes", async () => {
+    const port = new MemoryPort(runtimeName());
+    // 4 files of 40 entries; the log's end at message 10, inside the first.
+    const built = await buildIndex(port, "/v", 120, 41);
+    assert.equal(built.files.length, 4);
+    await built.close();
+    // Views read and not yet given back (a portable port's are file-sized).
+    const live = new Set<Mapping>();
+    let most = 0;
+    const counting = mappingsPort(port, (mapping) =>
+      new Proxy(mapping, {
+        get(target, key) {
+          if (key === "bytes") {
+            live.add(mapping);
+            most = Math.max(most, live.size);
+          }
+          if (key === "unmap") {
+            return () => {
+              live.delete(mapping);
+              target.unmap();
+            };
+          }
+          const value = Reflect.get(target, key);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      }));
+    const index = new IndexService({
+      port: counting,
+      rootDirectory: "/v",
+      maxHashSlotNum: SLOTS,
+      maxIndexNum: 41,
+    });
+    const report = await index.load({
+      lastExitOK: true,
+      indexMsgTimestamp: T0 + 300 * 119,
+      logEndOffset: 1000,
+    });
+    // The first file cut and kept; the three after it cut to empty and
+    // deleted, each closed before the next was cut.
+    assert.equal(report.droppedFiles, 3);
+    assert.equal(index.files.length, 1);
+    assert.ok(most <= 2, `${most} views at once`);
+    await index.close();
   });
 
   test("IndexService.load() drops every file after one it cannot cut, so re-dispatch can rebuild them all", async () => {

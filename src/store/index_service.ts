@@ -342,8 +342,13 @@ export class IndexService {
     const checkpointCut = !lastExitOK && !this.#readOnly && indexOffset >= 0 ? indexOffset : -1;
     let cutFiles = 0;
     let cutEntries = 0;
-    // Deleted once every file is decided (see beforeDrop).
+    // Deleted once every file is decided (see beforeDrop); closed at
+    // once, so that a portable port's file-sized views do not pile up.
     const dropping: IndexFile[] = [];
+    const dropLater = async (file: IndexFile) => {
+      dropping.push(file);
+      await file.close();
+    };
     // Every file opened: closed, whatever their state, if the load fails.
     const opened: IndexFile[] = [];
     try {
@@ -382,7 +387,7 @@ export class IndexService {
             );
             previousEnd = file.endPhyOffset;
           }
-          dropping.push(file);
+          await dropLater(file);
           continue;
         }
         previousEnd = file.endPhyOffset;
@@ -450,7 +455,7 @@ export class IndexService {
           cutEntries += removed;
         }
         previousEnd = file.endPhyOffset;
-        dropping.push(file);
+        await dropLater(file);
       }
       if (!this.#readOnly && Number.isFinite(droppedFrom)) {
         await options.beforeDrop?.(Math.max(droppedFrom, 0));
