@@ -35,9 +35,10 @@
  * VM). Each throughput case is timed after untimed runs of its full
  * size, each on a fresh store: two (`THROUGHPUT_WARMUP_RUNS`), then more
  * until 1.5 s of them passed (`THROUGHPUT_WARMUP_MS`, see `warmUp`), the
- * same rule for every store; the other cases after a tenth of their size (in a turn
- * run, each store puts for a tenth of its duration into the very store
- * it is then timed on, one after the other, before the turns). The
+ * same rule for every store; the other cases after a tenth of their size
+ * (in a turn run, each store puts for a tenth of its duration into the
+ * very store it is then timed on, one after the other, before the
+ * turns). The
  * report gives medians and the spread (min–max) over the repeats.
  *
  * @module

@@ -46,6 +46,28 @@ function keysOf(i: number): string[] {
   return i % 3 === 0 ? [`k${i % 40}`, `u${i}`] : [`u${i}`];
 }
 
+/**
+ * Indexes messages `from` … `count − 1` into `index` as re-dispatch does
+ * (as {@link buildIndex} first did), then checks that each key of messages
+ * 0 … count − 1 finds its message exactly once.
+ */
+async function redispatchFrom(index: IndexService, from: number, count: number): Promise<void> {
+  for (let i = from; i < count; i++) {
+    await index.buildIndex({
+      topic: TOPIC,
+      commitLogOffset: 100 * i,
+      storeTimestamp: T0 + 300 * i,
+      keys: keysOf(i),
+    });
+  }
+  for (let i = 0; i < count; i++) {
+    for (const key of keysOf(i)) {
+      const found = index.queryOffset(TOPIC, key, 64, 0, Number.MAX_SAFE_INTEGER).phyOffsets;
+      assert.equal(found.filter((offset) => offset === 100 * i).length, 1, `${key} of ${i}`);
+    }
+  }
+}
+
 /** An index under `root` holding messages 0 … count − 1 (offset 100·i, 300 ms apart). */
 async function buildIndex(
   port: MemoryPort,
@@ -222,20 +244,7 @@ describe("IndexService.load() cut", () => {
       }
     }
     // Re-dispatch from the point puts the rest back, as first built.
-    for (let i = 40; i < 120; i++) {
-      await cut.buildIndex({
-        topic: TOPIC,
-        commitLogOffset: 100 * i,
-        storeTimestamp: T0 + 300 * i,
-        keys: keysOf(i),
-      });
-    }
-    for (let i = 0; i < 120; i++) {
-      for (const key of keysOf(i)) {
-        const found = cut.queryOffset(TOPIC, key, 64, 0, Number.MAX_SAFE_INTEGER).phyOffsets;
-        assert.equal(found.filter((offset) => offset === 100 * i).length, 1, `${key} of ${i}`);
-      }
-    }
+    await redispatchFrom(cut, 40, 120);
     await cut.close();
   });
 
@@ -330,20 +339,7 @@ describe("IndexService.load() cut", () => {
     assert.equal(report.droppedFromOffset, 0);
     assert.equal(cut.files.length, 0);
     // Re-dispatch from there puts every key back, once.
-    for (let i = 0; i < 120; i++) {
-      await cut.buildIndex({
-        topic: TOPIC,
-        commitLogOffset: 100 * i,
-        storeTimestamp: T0 + 300 * i,
-        keys: keysOf(i),
-      });
-    }
-    for (let i = 0; i < 120; i++) {
-      for (const key of keysOf(i)) {
-        const found = cut.queryOffset(TOPIC, key, 64, 0, Number.MAX_SAFE_INTEGER).phyOffsets;
-        assert.equal(found.filter((offset) => offset === 100 * i).length, 1, `${key} of ${i}`);
-      }
-    }
+    await redispatchFrom(cut, 0, 120);
     await cut.close();
   });
 

@@ -136,8 +136,7 @@ export interface IndexLoadOptions {
    * Called, writable loads only, before any file is deleted when some of
    * the files dropped hold entries recovery must rebuild, with the offset
    * they are rebuilt from ({@link IndexLoadReport.droppedFromOffset}): the
-   * store makes its
-   * checkpoint's index point at most that durable first. Deleted, the
+   * store makes its checkpoint's index point at most that durable first. Deleted, the
    * files no longer tell the next open where to start, and a crash (or a
    * failed open) before re-dispatch rebuilt their keys would leave them
    * out for good.
@@ -161,9 +160,9 @@ export interface IndexLoadReport {
    * offset or the cut's point: the least beginPhyOffset of the headers
    * of files dropped for their time (or end of the file before one), and
    * for a file a cut refused the end of the file before it, or 0 (its
-   * header may be what is damaged); -1 when only files
-   * caught prepared (which hold keys of records after the checkpoint's
-   * index point only), files left empty by a cut, or none, were dropped.
+   * header may be what is damaged); -1 when only files caught prepared
+   * (which hold keys of records after the checkpoint's index point only),
+   * files left empty by a cut, or none, were dropped.
    * Recovery re-dispatches from here at the latest, whatever the exit.
    */
   droppedFromOffset: number;
@@ -351,6 +350,8 @@ export class IndexService {
     };
     // Every file opened: closed, whatever their state, if the load fails.
     const opened: IndexFile[] = [];
+    // droppedFrom as reported (-1: none), once every file is decided.
+    let droppedFromOffset = -1;
     try {
       for (const name of names) {
         const path = `${this.directory}/${name}`;
@@ -457,9 +458,8 @@ export class IndexService {
         previousEnd = file.endPhyOffset;
         await dropLater(file);
       }
-      if (!this.#readOnly && Number.isFinite(droppedFrom)) {
-        await options.beforeDrop?.(Math.max(droppedFrom, 0));
-      }
+      droppedFromOffset = Number.isFinite(droppedFrom) ? Math.max(droppedFrom, 0) : -1;
+      if (!this.#readOnly && droppedFromOffset >= 0) await options.beforeDrop?.(droppedFromOffset);
       // Newest first: a kill in between leaves the oldest dropped file,
       // which the next load decides again. Oldest first, a RocketMQ
       // checkpoint's next load (which starts from the last file kept)
@@ -481,7 +481,7 @@ export class IndexService {
     this.#indexMsgTimestamp = indexMsgTimestamp;
     this.#loadReport = {
       droppedFiles: dropped,
-      droppedFromOffset: Number.isFinite(droppedFrom) ? Math.max(droppedFrom, 0) : -1,
+      droppedFromOffset,
       cutFiles,
       cutEntries,
     };
