@@ -26,6 +26,10 @@ export interface Summary {
   maxPerS: number;
   p50Us?: number;
   p99Us?: number;
+  /** Median JavaScript-thread CPU a record, ns (throughput cases, Linux). */
+  jsCpuNs?: number;
+  /** Median CPU a record of the process's other threads, ns. */
+  otherCpuNs?: number;
   /** Why there is no figure (peer missing, pending, failed). */
   skipped?: string;
   /** Median over the matching limit's median. */
@@ -88,6 +92,10 @@ export function summarise(
       const p99 = measured.flatMap((r) => r.p99Us === undefined ? [] : [r.p99Us]);
       if (p50.length > 0) summary.p50Us = median(p50);
       if (p99.length > 0) summary.p99Us = median(p99);
+      const js = measured.flatMap((r) => r.jsCpuNs === undefined ? [] : [r.jsCpuNs]);
+      const other = measured.flatMap((r) => r.otherCpuNs === undefined ? [] : [r.otherCpuNs]);
+      if (js.length > 0) summary.jsCpuNs = median(js);
+      if (other.length > 0) summary.otherCpuNs = median(other);
       if (measured.length === 0) {
         summary.skipped = results.find((r) => r.skipped !== undefined)?.skipped ?? "not run";
       }
@@ -146,6 +154,18 @@ export function formatRatio(ratio: number | undefined): string {
   return ratio >= 10 ? `${ratio.toFixed(0)}×` : `${ratio.toFixed(2)}×`;
 }
 
+/**
+ * CPU a record as `JavaScript thread + other threads`, in ns or µs:
+ * `180 + 410 ns`, `1.9 + 0.2 µs`.
+ */
+export function formatCpu(jsNs: number | undefined, otherNs: number | undefined): string {
+  if (jsNs === undefined || otherNs === undefined) return "-";
+  if (!Number.isFinite(jsNs) || !Number.isFinite(otherNs)) return "-";
+  return Math.max(jsNs, otherNs) >= 10_000
+    ? `${(jsNs / 1000).toFixed(1)} + ${(otherNs / 1000).toFixed(1)} µs`
+    : `${jsNs.toFixed(0)} + ${otherNs.toFixed(0)} ns`;
+}
+
 /** What a case measures, for table rows. */
 export function describe(spec: CaseSpec): string {
   const size = spec.payloadBytes >= 1024
@@ -178,6 +198,7 @@ export function tableRows(summaries: readonly Summary[], runtime: Runtime): stri
     "min–max",
     "p50",
     "p99",
+    "CPU/record (JS + other)",
     "× limit",
     "× best peer",
   ]];
@@ -197,6 +218,7 @@ export function tableRows(summaries: readonly Summary[], runtime: Runtime): stri
       s.skipped === undefined ? `${rate(s.minPerS)}–${rate(s.maxPerS)}` : s.skipped.slice(0, 60),
       formatLatency(s.p50Us),
       formatLatency(s.p99Us),
+      formatCpu(s.jsCpuNs, s.otherCpuNs),
       formatRatio(s.toLimit),
       s.bestPeer === undefined ? "-" : `${formatRatio(s.toBestPeer)} (${s.bestPeer})`,
     ]);

@@ -21,6 +21,7 @@ import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import type { Durability, PeerProbe } from "./_peer.ts";
+import { formatCpu } from "./_summary.ts";
 import {
   buildCases,
   type CaseResult,
@@ -106,6 +107,9 @@ async function main(): Promise<void> {
             ? ""
             : ` p50 ${result.p50Us.toFixed(0)} µs p99 ${result.p99Us?.toFixed(0)} µs`) +
           (result.turns === undefined ? "" : ` (${result.turns} turns)`) +
+          (result.jsCpuNs === undefined
+            ? ""
+            : ` CPU/record ${formatCpu(result.jsCpuNs, result.otherCpuNs)}`) +
           "\n"),
     );
   };

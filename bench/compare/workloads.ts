@@ -38,6 +38,7 @@ import { mqstoreBatchPeer, mqstorePeer } from "./mqstore_peer.ts";
 import type { PeerModule } from "./_peer.ts";
 import { sqlitePeer } from "./sqlite_peer.ts";
 import { percentile, Samples } from "./_stats.ts";
+import { cpuPerRecord, sampleCpu } from "./_cpu.ts";
 import {
   LOOP_TIMERS,
   PUT_DEADLINE_MS,
@@ -99,6 +100,10 @@ export interface CaseResult {
   turns?: number;
   /** Set when the case could not run here (peer missing, failure). */
   skipped?: string;
+  /** A throughput case's JavaScript-thread CPU a record, ns (Linux; see `_cpu.ts`). */
+  jsCpuNs?: number;
+  /** A throughput case's CPU a record on the process's other threads, ns. */
+  otherCpuNs?: number;
 }
 
 /** Sizes of a run: `full` aims at 1–3 s per case, `quick` at a smoke test. */
@@ -333,11 +338,13 @@ async function runThroughput(spec: CaseSpec, directory: string): Promise<CaseRes
   const batch = Array.from({ length: BATCH_RECORDS }, () => body);
   const batches = Math.max(1, Math.round((spec.count ?? BATCH_RECORDS) / BATCH_RECORDS));
   try {
+    const cpuBefore = sampleCpu();
     const start = performance.now();
     for (let i = 0; i < batches; i++) await peer.putBatch(batch);
     const elapsedMs = performance.now() - start;
     const count = batches * BATCH_RECORDS;
-    return { id: spec.id, ratePerS: count / elapsedMs * 1000, count, elapsedMs };
+    const cpu = cpuPerRecord(cpuBefore, sampleCpu(), count);
+    return { id: spec.id, ratePerS: count / elapsedMs * 1000, count, elapsedMs, ...cpu };
   } finally {
     await peer.close();
   }
