@@ -6,7 +6,8 @@
  * keys of the records written next over the lost ones' offsets. The files
  * before the first one that reaches the log's end are left as they are; a
  * file the cut's checks refuse is dropped with every file after it and
- * rebuilt by re-dispatch. Real files in a temporary directory.
+ * rebuilt by re-dispatch, as is every file after one dropped by its time.
+ * Real files in a temporary directory.
  *
  * @module
  */
@@ -18,6 +19,7 @@ import { describe, test } from "node:test";
 import {
   CHECKPOINT_EXTENSION_END,
   CHECKPOINT_EXTENSION_POSITION,
+  CHECKPOINT_INDEX_TIMESTAMP_POSITION,
 } from "../src/commit_log/constants.ts";
 import { createPort } from "../src/runtime/mod.ts";
 import { ManualClock } from "../src/segment/clock.ts";
@@ -25,6 +27,7 @@ import {
   HASH_SLOT_SIZE_BYTES,
   HEADER_BEGIN_PHY_OFFSET_POSITION,
   HEADER_END_PHY_OFFSET_POSITION,
+  HEADER_END_TIMESTAMP_POSITION,
   INDEX_ENTRY_SIZE_BYTES,
   INDEX_HEADER_SIZE_BYTES,
 } from "../src/store/_index_file_constants.ts";
@@ -417,6 +420,57 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
       });
     });
   }
+
+  test("MessageStore.open() after a crash with a RocketMQ checkpoint drops every file after one newer than the checkpoint, and rebuilds their keys", async () => {
+    await withTempDirectory(async (root) => {
+      const directory = path.join(root, "store");
+      const store = await MessageStore.open(directory, storeOptions());
+      let offsets: number[];
+      try {
+        offsets = await putKeyed(store, 0, 100);
+      } finally {
+        await store.close();
+      }
+      const names = indexFileNames(directory);
+      assert.equal(names.length, 5);
+      const checkpoint = path.join(directory, "checkpoint");
+      writeAt(
+        checkpoint,
+        CHECKPOINT_EXTENSION_POSITION,
+        new Uint8Array(CHECKPOINT_EXTENSION_END - CHECKPOINT_EXTENSION_POSITION),
+      );
+      const indexTime = new DataView(fs.readFileSync(checkpoint).buffer).getBigInt64(
+        CHECKPOINT_INDEX_TIMESTAMP_POSITION,
+      );
+      // The middle file ends after the checkpoint's index time, the two
+      // after it before it: the clock was stepped back while they filled.
+      const header = (name: string) => path.join(directory, "index", name);
+      writeInt64At(header(names[2]!), HEADER_END_TIMESTAMP_POSITION, indexTime + 1000n);
+      writeInt64At(header(names[3]!), HEADER_END_TIMESTAMP_POSITION, indexTime - 1000n);
+      writeInt64At(header(names[4]!), HEADER_END_TIMESTAMP_POSITION, indexTime - 1000n);
+      fs.writeFileSync(path.join(directory, "abort"), "");
+      // Read-only, only the file newer than the checkpoint is left out:
+      // the later ones' keys are still found, and no file changes.
+      const before = indexBytes(directory);
+      const reader = await MessageStore.open(directory, { ...storeOptions(), readOnly: true });
+      try {
+        await assertKeysFound(reader, offsets.slice(60), 60);
+        await assertKeysGone(reader, 40, 20);
+      } finally {
+        await reader.close();
+      }
+      assert.deepEqual(indexBytes(directory), before);
+      const again = await MessageStore.open(directory, storeOptions(T0 + 60_000));
+      try {
+        assert.equal(again.recovery.clean, false);
+        await assertKeysFound(again, offsets, 0);
+        const next = await putKeyed(again, 1000, 30);
+        await assertKeysFound(again, next, 1000);
+      } finally {
+        await again.close();
+      }
+    });
+  });
 
   test("MessageStore.open() refuses a file whose header still ends past the log's end once cut", async () => {
     await withTempDirectory(async (root) => {

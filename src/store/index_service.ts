@@ -270,7 +270,11 @@ export class IndexService {
    * unclean exit (`lastExitOK` false), files whose endTimestamp is newer
    * than the checkpoint's `indexMsgTimestamp` are deleted (left out when
    * read-only), as RocketMQ does: recovery re-dispatches their messages.
-   * So are files a crash caught prepared (see the module doc).
+   * So are files a crash caught prepared (see the module doc). Unlike
+   * RocketMQ, a writable load also deletes every file after the first one
+   * deleted by its time, whatever their time: with a clock stepped back,
+   * a later file kept would end the index past the deleted one's keys,
+   * and they would not be rebuilt.
    *
    * Given the checkpoint's index offset (mqstore's checkpoint block), a
    * writable load instead cuts the checkpoint's last file and those after
@@ -336,6 +340,9 @@ export class IndexService {
     // endPhyOffset of the file before, in name (creation) order: a file
     // put in use after it holds entries from there on.
     let previousEnd: number | undefined;
+    // Whether a file was dropped by its time (a writable load then drops
+    // every later one too).
+    let staleBefore = false;
     // The checkpoint's point, which files are cut back to after an
     // unclean exit (-1: none; they are dropped by their time instead).
     const checkpointCut = !lastExitOK && !this.#readOnly && indexOffset >= 0 ? indexOffset : -1;
@@ -373,7 +380,14 @@ export class IndexService {
         // A prepared file a crash caught between its rename and the flush
         // of its first header: no entry of it is durable. With a point to
         // cut back to, the others are decided below, once all are open.
-        const stale = !lastExitOK && file.endTimestamp > indexMsgTimestamp && checkpointCut < 0;
+        // After a file dropped by its time, a writable load drops every
+        // later one too, whatever its time (a clock stepped back): one kept
+        // would end the index past the dropped one's keys, which
+        // re-dispatch would then skip as indexed already. A read-only load
+        // writes no key, and keeps what it can read.
+        const stale = !lastExitOK && checkpointCut < 0 &&
+          ((staleBefore && !this.#readOnly) || file.endTimestamp > indexMsgTimestamp);
+        if (stale) staleBefore = true;
         if (file.isPreparedMark || stale) {
           // A header that made it to disk has the begin of its time (the
           // previous file's end, then the first entry's offset). One still
