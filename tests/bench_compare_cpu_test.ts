@@ -16,22 +16,25 @@ describe("bench/compare CPU a record", () => {
   test("sampleCpu() counts the JavaScript thread's work in both its own and the process's time", {
     skip: onLinux ? false : "no /proc: no per-thread CPU",
   }, () => {
-    const before = sampleCpu()!;
+    const before = sampleCpu();
+    assert.ok(before !== undefined, "no sample on Linux");
     assert.ok(before.jsThreadNs > 0 && before.processNs >= before.jsThreadNs - 1e6);
-    // Work until the thread's own clock moved 20 ms (however long the wall
+    // Work until the thread's own clock moved 50 ms (however long the wall
     // clock takes on a loaded machine).
-    let after = sampleCpu()!;
+    let after = before;
     let sink = 0;
-    for (let turns = 0; after.jsThreadNs - before.jsThreadNs < 20e6; turns++) {
+    for (let turns = 0; after.jsThreadNs - before.jsThreadNs < 50e6; turns++) {
       for (let i = 0; i < 100_000; i++) sink = (sink + i * turns) | 0;
       after = sampleCpu()!;
-      assert.ok(turns < 2000, "the thread's CPU clock did not move");
+      assert.ok(turns < 5000, "the thread's CPU clock did not move");
     }
-    const thread = after.jsThreadNs - before.jsThreadNs;
-    const process = after.processNs - before.processNs;
-    // The process's clock (µs, every thread) took the same work in.
-    assert.ok(process >= thread - 1e6, `process ${process} ns, thread ${thread} ns`);
-    assert.equal(typeof sink, "number");
+    const threadNs = after.jsThreadNs - before.jsThreadNs;
+    const processNs = after.processNs - before.processNs;
+    // The process's clock (µs, every thread) took the same work in; a
+    // scheduler tick (10 ms at 100 Hz) of slack, for the thread's clock.
+    assert.ok(processNs >= threadNs - 10e6, `process ${processNs} ns, thread ${threadNs} ns`);
+    // The work is used, so that no engine drops the loop.
+    assert.ok(Number.isInteger(sink));
   });
 
   test("cpuPerRecord() splits the process's CPU into the JavaScript thread's and the rest", () => {

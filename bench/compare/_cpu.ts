@@ -23,7 +23,7 @@ import process from "node:process";
 export interface CpuSample {
   /** The whole process, ns. */
   processNs: number;
-  /** The JavaScript (main) thread, ns. */
+  /** The JavaScript thread (the one that took the sample), ns. */
   jsThreadNs: number;
 }
 
@@ -40,6 +40,10 @@ export interface CpuPerRecord {
  * time cannot be read (not Linux).
  */
 export function sampleCpu(): CpuSample | undefined {
+  // The process's clock first: reading it brings the calling thread's run
+  // time up to date, which schedstat alone does only at a scheduler tick
+  // (up to 4–10 ms late for a thread that is running).
+  const usage = process.cpuUsage();
   let stat: string;
   try {
     stat = fs.readFileSync("/proc/thread-self/schedstat", "utf8");
@@ -47,15 +51,15 @@ export function sampleCpu(): CpuSample | undefined {
     return undefined;
   }
   const jsThreadNs = Number(stat.split(" ")[0]);
-  if (!Number.isFinite(jsThreadNs)) return undefined;
-  const usage = process.cpuUsage();
+  // A thread that ran has run time: zeros are a kernel without the figure.
+  if (!(jsThreadNs > 0)) return undefined;
   return { processNs: (usage.user + usage.system) * 1000, jsThreadNs };
 }
 
 /**
  * The CPU a record between two samples. The other threads' share is the
- * process's less the JavaScript thread's, never below 0 (the two clocks
- * differ by up to a microsecond and a scheduler tick).
+ * process's less the JavaScript thread's, never below 0 (the process's
+ * clock counts microseconds, the thread's nanoseconds).
  *
  * @param before The sample before the case.
  * @param after The sample after it.

@@ -156,7 +156,7 @@ export function formatRatio(ratio: number | undefined): string {
 
 /**
  * CPU a record as `JavaScript thread + other threads`, in ns or µs:
- * `180 + 410 ns`, `1.9 + 0.2 µs`.
+ * `180 + 410 ns`, `12.5 + 0.9 µs` (µs once either is 10 µs or more).
  */
 export function formatCpu(jsNs: number | undefined, otherNs: number | undefined): string {
   if (jsNs === undefined || otherNs === undefined) return "-";
