@@ -463,6 +463,10 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
       const again = await MessageStore.open(directory, storeOptions(T0 + 60_000));
       try {
         assert.equal(again.recovery.clean, false);
+        // The two files after the newer one went with it, and were rebuilt.
+        const kept = indexFileNames(directory);
+        assert.deepEqual(kept.slice(0, 2), names.slice(0, 2));
+        for (const name of names.slice(2)) assert.ok(!kept.includes(name), name);
         await assertKeysFound(again, offsets, 0);
         const next = await putKeyed(again, 1000, 30);
         await assertKeysFound(again, next, 1000);

@@ -15,8 +15,9 @@
  *                          endPhyOffset, else the first record
  *                 whatever the exit: where the files the load dropped
  *                          began, when that is earlier (files newer than
- *                          the checkpoint; a file whose cut found its
- *                          chains broken, and every file after it)
+ *                          the checkpoint, and every file after the first
+ *                          of them; a file whose cut found its chains
+ *                          broken, and every file after it)
  * ```
  *
  * mqstore's own offsets are preferred to timestamps: a clock stepped back

@@ -150,9 +150,10 @@ export interface IndexLoadOptions {
 export interface IndexLoadReport {
   /**
    * Files that may have held entries and were deleted (left out when
-   * read-only): newer than the checkpoint after an unclean exit, caught
-   * prepared by a crash, failing the checks of a cut, or after one that
-   * failed them. Re-dispatch rebuilds their entries.
+   * read-only): newer than the checkpoint after an unclean exit (and,
+   * writable, every file after the first of those), caught prepared by a
+   * crash, failing the checks of a cut, or after one that failed them.
+   * Re-dispatch rebuilds their entries.
    */
   droppedFiles: number;
   /**
@@ -274,7 +275,9 @@ export class IndexService {
    * RocketMQ, a writable load also deletes every file after the first one
    * deleted by its time, whatever their time: with a clock stepped back,
    * a later file kept would end the index past the deleted one's keys,
-   * and they would not be rebuilt.
+   * and they would not be rebuilt. The rule goes by the files' names,
+   * which mqstore keeps in creation order; RocketMQ names a file after the
+   * clock, so a clock stepped back there may also misorder the names.
    *
    * Given the checkpoint's index offset (mqstore's checkpoint block), a
    * writable load instead cuts the checkpoint's last file and those after
