@@ -195,6 +195,26 @@ async function singleFileStore(
   }
 }
 
+/**
+ * Puts 100 messages (5 index files of 20 messages each) into a store under
+ * `root` and closes it cleanly.
+ */
+async function fiveFileStore(
+  root: string,
+): Promise<{ directory: string; offsets: number[]; names: string[] }> {
+  const directory = path.join(root, "store");
+  const store = await MessageStore.open(directory, storeOptions());
+  let offsets: number[];
+  try {
+    offsets = await putKeyed(store, 0, 100);
+  } finally {
+    await store.close();
+  }
+  const names = indexFileNames(directory);
+  assert.equal(names.length, 5);
+  return { directory, offsets, names };
+}
+
 /** The store of the multi-file cases: one damaged record, closed cleanly. */
 interface DamagedStore {
   /** The store directory. */
@@ -374,16 +394,7 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
   for (const deletes of [1, 2]) {
     test(`MessageStore.open() of a RocketMQ checkpoint stopped after ${deletes} of the dropped files' deletes loses no key`, async () => {
       await withTempDirectory(async (root) => {
-        const directory = path.join(root, "store");
-        const store = await MessageStore.open(directory, storeOptions());
-        let offsets: number[];
-        try {
-          offsets = await putKeyed(store, 0, 100);
-        } finally {
-          await store.close();
-        }
-        const names = indexFileNames(directory);
-        assert.equal(names.length, 5);
+        const { directory, offsets, names } = await fiveFileStore(root);
         // No mqstore block: the next open starts the index from the last
         // file kept, and beforeDrop has no point to lower.
         writeAt(
@@ -423,16 +434,7 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
 
   test("MessageStore.open() after a crash with a RocketMQ checkpoint drops every file after one newer than the checkpoint, and rebuilds their keys", async () => {
     await withTempDirectory(async (root) => {
-      const directory = path.join(root, "store");
-      const store = await MessageStore.open(directory, storeOptions());
-      let offsets: number[];
-      try {
-        offsets = await putKeyed(store, 0, 100);
-      } finally {
-        await store.close();
-      }
-      const names = indexFileNames(directory);
-      assert.equal(names.length, 5);
+      const { directory, offsets, names } = await fiveFileStore(root);
       const checkpoint = path.join(directory, "checkpoint");
       writeAt(
         checkpoint,
@@ -524,16 +526,7 @@ describe("MessageStore.open() after a clean close, of a log cut short", () => {
 
   test("MessageStore.open() after a clean close of an undamaged log leaves every index file as it was", async () => {
     await withTempDirectory(async (root) => {
-      const directory = path.join(root, "store");
-      const store = await MessageStore.open(directory, storeOptions());
-      let offsets: number[];
-      try {
-        offsets = await putKeyed(store, 0, 100);
-      } finally {
-        await store.close();
-      }
-      const names = indexFileNames(directory);
-      assert.equal(names.length, 5);
+      const { directory, offsets, names } = await fiveFileStore(root);
       const before = indexBytes(directory);
       const again = await MessageStore.open(directory, storeOptions(T0 + 60_000));
       try {
